@@ -1,0 +1,121 @@
+"""One config system for every entry script: dataclasses + YAML + dotted CLI overrides (draccus, as LeRobot).
+
+    cfg = parse_cli(TrainWorldModelConfig)          # reads sys.argv
+    python train_world_model.py --config configs/world_model/tiny.yaml --train.steps=2000 --model.depth=4
+
+A wrong key or a value of the wrong type is a `ConfigError` that names the key (and the file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import draccus
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config file or command-line override that does not fit the config dataclass."""
+
+
+def _known_keys(cls: type, prefix: str = "") -> set[str]:
+    keys: set[str] = set()
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}{f.name}"
+        keys.add(name)
+        if isinstance(f.type, type) and dataclasses.is_dataclass(f.type):
+            keys |= _known_keys(f.type, name + ".")
+        elif dataclasses.is_dataclass(
+            f.default_factory if f.default_factory is not dataclasses.MISSING else None
+        ):
+            keys |= _known_keys(f.default_factory, name + ".")
+    return keys
+
+
+def _check_yaml_keys(cls: type, data: dict, path: Path, prefix: str = "") -> None:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(
+                f"{path}: unknown key '{prefix}{key}'; {cls.__name__} has: {', '.join(sorted(fields))}"
+            )
+        ftype = _field_class(fields[key])
+        if ftype is not None and isinstance(value, dict):
+            _check_yaml_keys(ftype, value, path, f"{prefix}{key}.")
+
+
+def _field_class(f: dataclasses.Field) -> type | None:
+    if isinstance(f.type, type) and dataclasses.is_dataclass(f.type):
+        return f.type
+    if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory):
+        return f.default_factory  # type: ignore[return-value]
+    if f.default is not dataclasses.MISSING and dataclasses.is_dataclass(f.default):
+        return type(f.default)
+    return None
+
+
+def _split_config_flag(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    rest: list[str] = []
+    config_path = None
+    it = iter(args)
+    for a in it:
+        if a in ("--config", "--config_path"):
+            config_path = next(it, None)
+            if config_path is None:
+                raise ConfigError(f"{a} needs a path to a YAML file")
+        elif a.startswith(("--config=", "--config_path=")):
+            config_path = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+    return config_path, rest
+
+
+def parse_cli(config_class: type[T], args: Sequence[str] | None = None) -> T:
+    """Build `config_class` from an optional `--config FILE.yaml` and dotted `--a.b=value` overrides."""
+    args = list(sys.argv[1:] if args is None else args)
+    config_path, rest = _split_config_flag(args)
+    if config_path is not None:
+        path = Path(config_path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{path}: expected a mapping of config keys at the top level, got {type(data).__name__}"
+            )
+        _check_yaml_keys(config_class, data, path)
+    known = _known_keys(config_class)
+    expects_value = False
+    for a in rest:
+        if a in ("-h", "--help"):
+            continue
+        if not a.startswith("--"):
+            if not expects_value:
+                raise ConfigError(f"unexpected argument {a!r}; overrides look like --key.subkey=value")
+            expects_value = False
+            continue
+        key = a[2:].split("=", 1)[0]
+        expects_value = "=" not in a
+        if key not in known:
+            raise ConfigError(f"unknown option --{key} for {config_class.__name__}")
+    try:
+        return draccus.parse(config_class, config_path=config_path, args=rest, exit_on_error=False)
+    except (draccus.ParsingError, draccus.utils.DecodingError, TypeError, ValueError) as e:
+        where = f"{config_path}: " if config_path else ""
+        raise ConfigError(f"{where}{e}") from e
+
+
+def load_config(config_class: type[T], path: str | Path) -> T:
+    """Read a config YAML written by `save_config` (e.g. a checkpoint's config.yaml)."""
+    return parse_cli(config_class, ["--config", str(path)])
+
+
+def save_config(cfg, path: str | Path) -> None:
+    with open(path, "w") as f:
+        draccus.dump(cfg, f)

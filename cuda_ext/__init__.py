@@ -1,0 +1,1 @@
+"""worldloop: cuda_ext."""

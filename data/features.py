@@ -1,0 +1,44 @@
+"""Names and shapes of the episode-data features: the contract between sim, data, models and runtime.
+
+Datasets are LeRobotDataset v3; these are the keys every part of worldloop reads and writes.
+"""
+
+from __future__ import annotations
+
+IMAGE_PREFIX = "observation.images."
+STATE = "observation.state"
+ACTION = "action"
+TASK = "task"
+REWARD = "next.reward"
+SUCCESS = "next.success"
+DONE = "next.done"
+
+DEFAULT_CAMERAS = ("front", "wrist")
+
+
+def image_key(camera: str) -> str:
+    return f"{IMAGE_PREFIX}{camera}"
+
+
+def camera_of(key: str) -> str:
+    if not key.startswith(IMAGE_PREFIX):
+        raise ValueError(f"{key!r} is not an image feature (expected a key starting with {IMAGE_PREFIX!r})")
+    return key[len(IMAGE_PREFIX) :]
+
+
+def lerobot_features(
+    joint_names: tuple[str, ...], cameras: tuple[str, ...], image_size: tuple[int, int]
+) -> dict[str, dict]:
+    """The `features` dict for `LeRobotDataset.create` (images stored as uint8 HxWx3)."""
+    h, w = image_size
+    n = len(joint_names)
+    features: dict[str, dict] = {
+        image_key(cam): {"dtype": "image", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
+        for cam in cameras
+    }
+    features[STATE] = {"dtype": "float32", "shape": (n,), "names": list(joint_names)}
+    features[ACTION] = {"dtype": "float32", "shape": (n,), "names": list(joint_names)}
+    features[REWARD] = {"dtype": "float32", "shape": (1,), "names": None}
+    features[SUCCESS] = {"dtype": "bool", "shape": (1,), "names": None}
+    features[DONE] = {"dtype": "bool", "shape": (1,), "names": None}
+    return features

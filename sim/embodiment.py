@@ -1,0 +1,70 @@
+"""The embodiment spec: the arm's joints and their limits, declared once.
+
+Everything that must respect the robot reads its limits from here: the MuJoCo model (joint ranges and
+actuator limits are written from this spec), the scripted experts, the real-time runtime's safety layer
+and the world model's executability reward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EmbodimentSpec:
+    name: str
+    joint_names: tuple[str, ...]
+    position_lower: tuple[float, ...]  # rad
+    position_upper: tuple[float, ...]  # rad
+    velocity_limit: tuple[float, ...]  # rad/s, symmetric
+    acceleration_limit: tuple[float, ...]  # rad/s^2, symmetric
+    fps: int  # rate of observations and policy actions in datasets
+
+    def __post_init__(self) -> None:
+        n = len(self.joint_names)
+        for field in ("position_lower", "position_upper", "velocity_limit", "acceleration_limit"):
+            if len(getattr(self, field)) != n:
+                raise ValueError(
+                    f"EmbodimentSpec {self.name!r}: {field} has {len(getattr(self, field))} entries, "
+                    f"expected one per joint ({n})"
+                )
+        if any(lo >= hi for lo, hi in zip(self.position_lower, self.position_upper)):
+            raise ValueError(f"EmbodimentSpec {self.name!r}: position_lower must be below position_upper")
+
+    @property
+    def num_joints(self) -> int:
+        return len(self.joint_names)
+
+    def lower(self) -> np.ndarray:
+        return np.asarray(self.position_lower, dtype=np.float64)
+
+    def upper(self) -> np.ndarray:
+        return np.asarray(self.position_upper, dtype=np.float64)
+
+    def max_velocity(self) -> np.ndarray:
+        return np.asarray(self.velocity_limit, dtype=np.float64)
+
+    def max_acceleration(self) -> np.ndarray:
+        return np.asarray(self.acceleration_limit, dtype=np.float64)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EmbodimentSpec:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+# The tabletop arm of our MuJoCo suite: base yaw, shoulder, elbow, wrist pitch; absolute joint-position
+# targets like the SO-101. The sim's MJCF is generated from these numbers.
+TABLETOP_ARM = EmbodimentSpec(
+    name="worldloop_arm4",
+    joint_names=("base_yaw", "shoulder_pitch", "elbow_pitch", "wrist_pitch"),
+    position_lower=(-1.8, -0.6, -0.2, -1.6),
+    position_upper=(1.8, 1.4, 2.4, 1.6),
+    velocity_limit=(2.0, 2.0, 2.5, 3.0),
+    acceleration_limit=(12.0, 12.0, 15.0, 20.0),
+    fps=10,
+)
