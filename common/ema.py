@@ -1,0 +1,40 @@
+"""Exponential moving average of a model's weights (the weights that are evaluated and exported)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+
+class EMA:
+    """Keeps `decay`-averaged copies of parameters; buffers are copied as they are.
+
+    The effective decay warms up as min(decay, (1 + n) / (10 + n)) so that early averages are not dominated
+    by the random initialisation.
+    """
+
+    def __init__(self, model: nn.Module, decay: float):
+        self.decay = decay
+        self.num_updates = 0
+        self.model = copy.deepcopy(model).eval().requires_grad_(False)
+
+    def current_decay(self) -> float:
+        return min(self.decay, (1 + self.num_updates) / (10 + self.num_updates))
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        d = self.current_decay()
+        for ema_p, p in zip(self.model.parameters(), model.parameters()):
+            ema_p.lerp_(p.detach().to(ema_p.dtype), 1.0 - d)
+        for ema_b, b in zip(self.model.buffers(), model.buffers()):
+            ema_b.copy_(b)
+        self.num_updates += 1
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor], num_updates: int) -> None:
+        self.model.load_state_dict(state)
+        self.num_updates = num_updates
