@@ -1,0 +1,90 @@
+"""Block-causal (frame-causal) attention: the op the world model's transformer calls.
+
+Tokens come in frames of `frame_len` tokens. A query in frame i attends every key in frames <= i, and with
+`window=w` only keys in frames > i - w (a sliding window of w frames, its own included). Within a frame
+attention is bidirectional. When q is shorter than k (decoding with a KV cache) the queries are the last
+`Lq` positions of the key sequence, so query j sits at key position `Lk - Lq + j`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from cuda_ext.backend import resolve_backend
+
+
+@functools.lru_cache(maxsize=32)
+def frame_causal_mask(
+    q_len: int, k_len: int, frame_len: int, window: int | None, device: torch.device
+) -> torch.Tensor:
+    """Boolean [q_len, k_len] mask, True where the query may attend the key."""
+    q_frame = (torch.arange(q_len, device=device) + (k_len - q_len)) // frame_len
+    k_frame = torch.arange(k_len, device=device) // frame_len
+    allowed = k_frame[None, :] <= q_frame[:, None]
+    if window is not None:
+        allowed &= k_frame[None, :] > q_frame[:, None] - window
+    return allowed
+
+
+def block_causal_attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    frame_len: int,
+    window: int | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """PyTorch reference: SDPA with a dense boolean frame-causal mask (differentiable, any device)."""
+    mask = frame_causal_mask(q.shape[-2], k.shape[-2], frame_len, window, q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, frame_len: int, window: int | None):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"block_causal_attention: {name} must be [B, heads, L, D], got {tuple(t.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(
+            f"block_causal_attention: k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape"
+        )
+    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"block_causal_attention: q {tuple(q.shape)} and k {tuple(k.shape)} must share B, heads and D"
+        )
+    if q.shape[-2] > k.shape[-2]:
+        raise ValueError(
+            f"block_causal_attention: q has {q.shape[-2]} tokens but k only {k.shape[-2]}; "
+            "queries must be the last positions of the key sequence"
+        )
+    if frame_len < 1:
+        raise ValueError(f"block_causal_attention: frame_len must be >= 1, got {frame_len}")
+    if window is not None and window < 1:
+        raise ValueError(f"block_causal_attention: window must be >= 1 frame or None, got {window}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"block_causal_attention: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+
+
+def block_causal_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    frame_len: int,
+    window: int | None = None,
+    scale: float | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Frame-causal attention of q [B, H, Lq, D] over k, v [B, H, Lk, D] -> [B, H, Lq, D].
+
+    `scale` defaults to 1/sqrt(D). `backend` overrides `$WORLDLOOP_KERNELS` (see `cuda_ext.backend`).
+    Differentiable on every path.
+    """
+    _check_inputs(q, k, v, frame_len, window)
+    path = resolve_backend("block_causal_attention", backend, q.device)
+    if path == "reference":
+        return block_causal_attention_reference(q, k, v, frame_len, window, scale)
+    from cuda_ext.triton_kernels.attention import triton_block_causal_attention
+
+    return triton_block_causal_attention(q, k, v, frame_len, window, scale)
