@@ -1,0 +1,118 @@
+"""Gymnasium env for the tabletop tasks: dataset-keyed observations at the embodiment's fps.
+
+Observations are keyed exactly like the dataset features (`observation.images.<cam>` uint8 HxWx3,
+`observation.state` float32 joint positions); actions are absolute joint-position targets, clipped to the
+limits. One env step lasts 1/fps s of physics. Reward is the dense task progress in [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from data.features import STATE, image_key
+from sim.embodiment import TABLETOP_ARM
+from sim.tabletop_sim import TabletopSim
+from sim.tasks import TASK_KINDS, SceneState, TaskInstance, is_success, progress, sample_layout, sample_task
+
+
+@dataclass
+class TabletopEnvConfig:
+    task: str = "push"  # reach | push
+    image_size: int = 64  # square frames, pixels
+    cameras: tuple[str, ...] = ("front", "wrist")
+    max_steps: int = 50  # episode length at the embodiment's fps (5 s at 10 Hz)
+    terminate_on_success: bool = True
+    init_joint_noise: float = 0.1  # rad, uniform perturbation of the home pose at reset
+
+    def validate(self) -> None:
+        if self.task not in TASK_KINDS:
+            raise ValueError(f"TabletopEnvConfig.task={self.task!r}; expected one of {TASK_KINDS}")
+        if self.max_steps < 1:
+            raise ValueError(f"TabletopEnvConfig.max_steps must be >= 1, got {self.max_steps}")
+
+
+class TabletopEnv(gym.Env):
+    metadata = {"render_modes": ["rgb_array"], "render_fps": TABLETOP_ARM.fps}
+
+    def __init__(self, config: TabletopEnvConfig | None = None, render_mode: str | None = None, **overrides):
+        config = config or TabletopEnvConfig()
+        if overrides:
+            config = TabletopEnvConfig(**{**config.__dict__, **overrides})
+        config.validate()
+        self.config = config
+        self.render_mode = render_mode
+        self.embodiment = TABLETOP_ARM
+        self.sim = TabletopSim(tuple(config.cameras), config.image_size, self.embodiment)
+        self._dt = 1.0 / self.embodiment.fps
+        self.sim.substeps(self._dt)  # fail now, not mid-episode, if fps does not fit the physics step
+        lo, hi = self.embodiment.lower().astype(np.float32), self.embodiment.upper().astype(np.float32)
+        size = config.image_size
+        self.observation_space = spaces.Dict(
+            {
+                **{
+                    image_key(c): spaces.Box(0, 255, (size, size, 3), dtype=np.uint8)
+                    for c in self.sim.cameras
+                },
+                STATE: spaces.Box(lo, hi, dtype=np.float32),
+            }
+        )
+        self.action_space = spaces.Box(lo, hi, dtype=np.float32)
+        self.task: TaskInstance | None = None
+        self._initial: SceneState | None = None
+        self._steps = 0
+        self._last_obs: dict | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        rng = self.np_random
+        self.task = sample_task(self.config.task, rng)
+        layout = sample_layout(self.task, rng)
+        noise = rng.uniform(-1, 1, self.embodiment.num_joints) * self.config.init_joint_noise
+        self.sim.reset(layout, self.sim.home + noise)
+        self._initial = self.sim.scene_state()
+        self._steps = 0
+        obs = self._observation()
+        return obs, self._info(self._initial)
+
+    def step(self, action):
+        if self.task is None:
+            raise RuntimeError("call reset() before step()")
+        self.sim.set_target(np.asarray(action, dtype=np.float64).reshape(-1))
+        self.sim.advance(self._dt)
+        self._steps += 1
+        state = self.sim.scene_state()
+        info = self._info(state)
+        terminated = bool(info["success"] and self.config.terminate_on_success)
+        truncated = self._steps >= self.config.max_steps
+        return self._observation(), float(info["progress"]), terminated, truncated, info
+
+    def scene_state(self) -> SceneState:
+        return self.sim.scene_state()
+
+    def _observation(self) -> dict:
+        frames = self.sim.render() if self.sim.cameras else {}
+        obs = {image_key(c): f for c, f in frames.items()}
+        obs[STATE] = self.sim.joint_positions().astype(np.float32)
+        self._last_obs = obs
+        return obs
+
+    def _info(self, state: SceneState) -> dict:
+        return {
+            "task": self.task.instruction,
+            "success": is_success(self.task, state),
+            "progress": progress(self.task, state, self._initial),
+        }
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        if self._last_obs is None or "front" not in self.sim.cameras:
+            raise RuntimeError("render() needs the 'front' camera and a reset() first")
+        return self._last_obs[image_key("front")]
+
+    def close(self) -> None:
+        self.sim.close()
