@@ -1,0 +1,273 @@
+"""FlowVLA: images + instruction + joint state -> a chunk of H joint targets, drawn by flow matching.
+
+Observation tokens (per-camera image grids, instruction words, one state token) are fused by a small
+transformer; the action expert (pi0-style) is a transformer over the H noisy action tokens that
+cross-attends to them and predicts the flow velocity. The observation is encoded once per chunk and the
+expert runs once per sampler step, so few-step sampling is cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.checkpoint import atomic_directory, load_json, load_model_weights, save_json, save_tensors
+from common.config import load_config, save_config
+from data.features import ACTION, STATE, TASK, image_key
+from vla.flow_vla import flow_matching
+from vla.flow_vla.configuration_flow_vla import FlowVLAConfig
+from vla.flow_vla.language_encoder import build_language_encoder
+from vla.flow_vla.vision_encoder import ImageTokenizer
+from vla.normalization import MeanStdNormalizer
+from vla.policy import Policy
+
+
+def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal features of t in [0, 1], [B] -> [B, dim]."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(1000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    angles = 1000.0 * t.float()[:, None] * freqs[None]
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+class ObservationEncoder(nn.Module):
+    def __init__(self, cfg: FlowVLAConfig):
+        super().__init__()
+        self.cameras = tuple(cfg.cameras)
+        self.images = ImageTokenizer(cfg.vision, len(cfg.cameras), tuple(cfg.image_size), cfg.dim)
+        self.language = build_language_encoder(cfg.language, cfg.dim)
+        self.state = nn.Sequential(nn.Linear(cfg.state_dim, cfg.dim), nn.SiLU(), nn.Linear(cfg.dim, cfg.dim))
+        # Which kind of token each one is (image / language / state), added before fusion.
+        self.kind = nn.Parameter(torch.randn(3, cfg.dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(
+            cfg.dim, cfg.heads, 4 * cfg.dim, cfg.dropout, activation="gelu", batch_first=True, norm_first=True
+        )
+        self.fuse = nn.TransformerEncoder(layer, cfg.obs_layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(cfg.dim)
+
+    def forward(
+        self, images: list[torch.Tensor], texts: list[str], state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        image_tokens = self.images(images) + self.kind[0]
+        text_tokens, text_pad = self.language(texts, state.device)
+        text_tokens = text_tokens + self.kind[1]
+        state_token = self.state(state)[:, None] + self.kind[2]
+        tokens = torch.cat([image_tokens, text_tokens, state_token], dim=1)
+        b = state.shape[0]
+        pad = torch.cat(
+            [
+                torch.zeros(b, image_tokens.shape[1], dtype=torch.bool, device=state.device),
+                text_pad,
+                torch.zeros(b, 1, dtype=torch.bool, device=state.device),
+            ],
+            dim=1,
+        )
+        return self.norm(self.fuse(tokens, src_key_padding_mask=pad)), pad
+
+
+class ActionExpert(nn.Module):
+    """Velocity field v(x_t, t | obs) over a chunk of H actions."""
+
+    def __init__(self, cfg: FlowVLAConfig):
+        super().__init__()
+        self.dim = cfg.dim
+        self.in_proj = nn.Linear(cfg.action_dim, cfg.dim)
+        self.pos = nn.Parameter(torch.randn(cfg.chunk_size, cfg.dim) * 0.02)
+        self.time = nn.Sequential(nn.Linear(cfg.dim, cfg.dim), nn.SiLU(), nn.Linear(cfg.dim, cfg.dim))
+        layer = nn.TransformerDecoderLayer(
+            cfg.dim, cfg.heads, 4 * cfg.dim, cfg.dropout, activation="gelu", batch_first=True, norm_first=True
+        )
+        self.blocks = nn.TransformerDecoder(layer, cfg.action_layers)
+        self.norm = nn.LayerNorm(cfg.dim)
+        self.out_proj = nn.Linear(cfg.dim, cfg.action_dim)
+        # Start from v = 0 so the untrained sampler returns the noise mean rather than large outputs.
+        nn.init.zeros_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
+
+    def forward(
+        self, x: torch.Tensor, t: torch.Tensor, obs: torch.Tensor, obs_pad: torch.Tensor
+    ) -> torch.Tensor:
+        h = self.in_proj(x) + self.pos + self.time(timestep_embedding(t, self.dim))[:, None]
+        h = self.blocks(h, obs, memory_key_padding_mask=obs_pad)
+        return self.out_proj(self.norm(h))
+
+
+class FlowVLAPolicy(Policy):
+    """The built-in VLA. Outputs unnormalised absolute joint targets; see `vla.policy` for the batch."""
+
+    name = "flow_vla"
+
+    def __init__(self, config: FlowVLAConfig, stats: dict | None = None):
+        super().__init__()
+        self.config = config
+        self.chunk_size = config.chunk_size
+        self.n_action_steps = config.n_action_steps
+        self.action_dim = config.action_dim
+        self.normalizer = MeanStdNormalizer({STATE: config.state_dim, ACTION: config.action_dim}, stats)
+        self.observation_encoder = ObservationEncoder(config)
+        self.action_expert = ActionExpert(config)
+        self._queue: deque[torch.Tensor] = deque()
+
+    # ---- observation ---------------------------------------------------------------------------------
+    def _check_batch(self, batch: dict) -> None:
+        missing = [k for k in (*[image_key(c) for c in self.config.cameras], STATE, TASK) if k not in batch]
+        if missing:
+            raise KeyError(f"{type(self).__name__}: batch is missing {missing}; it has {sorted(batch)}")
+        if batch[STATE].shape[-1] != self.config.state_dim:
+            raise ValueError(
+                f"{STATE}: expected last dimension {self.config.state_dim}, got shape {tuple(batch[STATE].shape)}"
+            )
+
+    def encode_observation(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Observation tokens and their padding mask; reuse them for every sampler step."""
+        self._check_batch(batch)
+        images = [batch[image_key(c)] for c in self.config.cameras]
+        texts = batch[TASK]
+        if isinstance(texts, str):
+            texts = [texts] * batch[STATE].shape[0]
+        state = self.normalizer.normalize(STATE, batch[STATE].float())
+        return self.observation_encoder(images, list(texts), state)
+
+    def velocity_fn(self, obs: tuple[torch.Tensor, torch.Tensor]) -> flow_matching.VelocityFn:
+        tokens, pad = obs
+        return lambda x, t: self.action_expert(x, t, tokens, pad)
+
+    # ---- training ------------------------------------------------------------------------------------
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        """Flow-matching BC loss on `batch[action]` [B, H, A] (padded steps masked by `action_is_pad`)."""
+        actions = batch[ACTION]
+        if actions.dim() != 3 or actions.shape[1:] != (self.chunk_size, self.action_dim):
+            raise ValueError(
+                f"{ACTION}: expected [B, {self.chunk_size}, {self.action_dim}], got {tuple(actions.shape)}"
+            )
+        target = self.normalizer.normalize(ACTION, actions.float())
+        obs = self.encode_observation(batch)
+        b = target.shape[0]
+        alpha = torch.full((b,), self.config.time_beta_alpha, device=target.device)
+        t = 1.0 - torch.distributions.Beta(alpha, torch.ones_like(alpha)).sample() * 0.999
+        noise = torch.randn_like(target)
+        x_t = (1 - t)[:, None, None] * noise + t[:, None, None] * target
+        pred = self.action_expert(x_t, t, *obs)
+        err = F.mse_loss(pred, target - noise, reduction="none").mean(-1)
+        valid = (
+            ~batch["action_is_pad"] if "action_is_pad" in batch else torch.ones_like(err, dtype=torch.bool)
+        )
+        loss = (err * valid).sum() / valid.sum().clamp(min=1)
+        return loss, {"flow_mse": float(loss.detach())}
+
+    # ---- sampling ------------------------------------------------------------------------------------
+    def _noise(
+        self, batch: dict, noise: torch.Tensor | None, generator: torch.Generator | None
+    ) -> torch.Tensor:
+        if noise is not None:
+            return noise
+        b = batch[STATE].shape[0]
+        device = batch[STATE].device
+        return torch.randn(b, self.chunk_size, self.action_dim, generator=generator, device=device)
+
+    @torch.no_grad()
+    def predict_action_chunk(
+        self,
+        batch: dict,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        num_steps: int | None = None,
+    ) -> torch.Tensor:
+        """Deterministic Euler integration of the flow from `noise` (drawn with `generator` if not given)."""
+        steps = num_steps or self.config.num_inference_steps
+        x = flow_matching.euler_sample(
+            self.velocity_fn(self.encode_observation(batch)), self._noise(batch, noise, generator), steps
+        )
+        return self.normalizer.unnormalize(ACTION, x)
+
+    def sample_stochastic(
+        self,
+        batch: dict,
+        generator: torch.Generator | None = None,
+        num_steps: int | None = None,
+        noise_level: float | None = None,
+    ) -> flow_matching.StochasticChunk:
+        """A chunk from the noise-injected sampler, in normalised space, with per-step log-probs (for RL).
+
+        `unnormalize_actions(result.actions)` gives joint targets; `log_prob(batch, result.chain)` re-scores
+        the chain under the current weights (differentiably).
+        """
+        with torch.no_grad():
+            return flow_matching.stochastic_sample(
+                self.velocity_fn(self.encode_observation(batch)),
+                self._noise(batch, None, generator),
+                num_steps or self.config.num_inference_steps,
+                self.config.sde_noise_level if noise_level is None else noise_level,
+                generator,
+            )
+
+    def log_prob(self, batch: dict, chain: torch.Tensor, noise_level: float | None = None) -> torch.Tensor:
+        """[B] log p(chain | obs) of a denoising chain [B, K+1, H, A] whose last entry is the chunk."""
+        level = self.config.sde_noise_level if noise_level is None else noise_level
+        steps = flow_matching.chain_step_log_probs(
+            self.velocity_fn(self.encode_observation(batch)), chain, level
+        )
+        return steps.sum(dim=1) + flow_matching.gaussian_log_prob(chain[:, 0], 0.0, 1.0)
+
+    def predict_action_chunk_with_prefix(
+        self,
+        batch: dict,
+        prefix: torch.Tensor,
+        inference_delay: int,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        num_steps: int | None = None,
+    ) -> torch.Tensor:
+        """Real-time chunking: a new chunk whose start follows `prefix` [B, P, A] (unnormalised), the part of
+        the previous chunk not yet executed; its first `inference_delay` actions run while this one is
+        computed, so they carry full weight and the rest of the prefix a decaying one."""
+        if prefix.dim() != 3 or prefix.shape[2] != self.action_dim or prefix.shape[1] > self.chunk_size:
+            raise ValueError(
+                f"prefix: expected [B, P <= {self.chunk_size}, {self.action_dim}], got {tuple(prefix.shape)}"
+            )
+        with torch.no_grad():
+            obs = self.encode_observation(batch)
+        x = flow_matching.rtc_inpaint(
+            self.velocity_fn(obs),
+            self._noise(batch, noise, generator),
+            num_steps or self.config.num_inference_steps,
+            self.normalizer.normalize(ACTION, prefix.float()),
+            inference_delay,
+            self.config.rtc_max_guidance,
+        )
+        return self.normalizer.unnormalize(ACTION, x.detach())
+
+    def unnormalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.normalizer.unnormalize(ACTION, actions)
+
+    # ---- control loop --------------------------------------------------------------------------------
+    def reset(self) -> None:
+        self._queue.clear()
+
+    @torch.no_grad()
+    def select_action(self, batch: dict) -> torch.Tensor:
+        if not self._queue:
+            chunk = self.predict_action_chunk(batch)[:, : self.n_action_steps]
+            self._queue.extend(chunk.transpose(0, 1))
+        return self._queue.popleft()
+
+    # ---- checkpoints ---------------------------------------------------------------------------------
+    def save_pretrained(self, path: str | Path) -> None:
+        with atomic_directory(path) as tmp:
+            save_config(self.config, tmp / "config.yaml")
+            save_tensors(self.state_dict(), tmp / "model.safetensors")
+            save_json(self.normalizer.stats_dict(), tmp / "stats.json")
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> FlowVLAPolicy:
+        path = Path(path)
+        config = load_config(FlowVLAConfig, path / "config.yaml")
+        policy = cls(config, load_json(path / "stats.json"))
+        load_model_weights(policy, path / "model.safetensors")
+        policy.eval()
+        return policy
