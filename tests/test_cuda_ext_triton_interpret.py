@@ -1,0 +1,176 @@
+"""Triton kernels against their PyTorch references on CPU, through the Triton interpreter (fp32).
+
+TRITON_INTERPRET=1 must be set before triton is imported, and another test may already have imported it in
+this pytest process, so the kernels run in one child process (this file run as a script, which sets the
+variable first) and each test checks that child's report for one case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TOLERANCE = 2e-5
+
+# name -> (B, H, Lq, Lk, D, frame_len, window, block_m, block_n); blocks None = the kernel's defaults.
+ATTENTION_CASES = {
+    "several_frames_blocks_straddle_frames": (2, 1, 30, 30, 16, 6, None, 16, 16),
+    "length_not_multiple_of_block": (1, 2, 37, 37, 24, 5, None, 16, 16),
+    "one_frame": (1, 1, 9, 9, 16, 9, None, 16, 16),
+    "window_of_two_frames": (1, 2, 40, 40, 16, 4, 2, 16, 16),
+    "window_larger_than_sequence": (1, 1, 24, 24, 16, 4, 50, 16, 16),
+    "frame_len_one_is_token_causal": (1, 1, 19, 19, 16, 1, None, 16, 16),
+    "decode_last_frame_over_kv_cache": (2, 1, 8, 40, 32, 8, None, 16, 16),
+    "decode_with_window": (1, 2, 6, 42, 16, 6, 3, 16, 16),
+    "head_dim_64_default_blocks": (1, 1, 70, 70, 64, 10, None, None, None),
+    "head_dim_128_default_blocks": (1, 1, 33, 33, 128, 11, 2, None, None),
+}
+# name -> (B, F, frame_len, C)
+ADALN_CASES = {
+    "adaln_odd_channels": (2, 3, 4, 24),
+    "adaln_one_frame_odd_everything": (1, 1, 5, 7),
+    "adaln_wide": (2, 2, 3, 160),
+}
+DENOISE_CASES = ("euler", "cfg_per_sample_dt", "heun_cfg_clamp", "heun_clamp_bf16_shape")
+DISPATCH_CASES = ("env_forces_triton_through_public_api",)
+ALL_CASES = [*ATTENTION_CASES, *ADALN_CASES, *DENOISE_CASES, *DISPATCH_CASES]
+
+
+def _max_errors(got, expected) -> list[float]:
+    return [float((a.detach() - b.detach()).abs().max()) for a, b in zip(got, expected)]
+
+
+def _attention_case(name):
+    import torch
+
+    from cuda_ext.attention import block_causal_attention_reference
+    from cuda_ext.triton_kernels.attention import triton_block_causal_attention
+
+    b, h, lq, lk, d, frame_len, window, bm, bn = ATTENTION_CASES[name]
+    g = torch.Generator().manual_seed(0)
+    # q, k, v as the world model makes them: [B, L, H, D] projections viewed as [B, H, L, D] (not contiguous).
+    q = torch.randn(b, lq, h, d, generator=g).transpose(1, 2).requires_grad_()
+    k = torch.randn(b, lk, h, d, generator=g).transpose(1, 2).requires_grad_()
+    v = torch.randn(b, lk, h, d, generator=g).transpose(1, 2).requires_grad_()
+    out = triton_block_causal_attention(q, k, v, frame_len, window, block_m=bm, block_n=bn)
+    grad = torch.randn(out.shape, generator=g)
+    grads = torch.autograd.grad(out, (q, k, v), grad)
+    ref = block_causal_attention_reference(q, k, v, frame_len, window)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), grad)
+    return _max_errors((out, *grads), (ref, *ref_grads))
+
+
+def _adaln_case(name):
+    import torch
+
+    from cuda_ext.adaln import adaln_modulate_reference, gated_residual_reference
+    from cuda_ext.triton_kernels.adaln import triton_adaln_modulate, triton_gated_residual
+
+    b, f, frame_len, c = ADALN_CASES[name]
+    g = torch.Generator().manual_seed(1)
+    x, y = (torch.randn(b, f * frame_len, c, generator=g).requires_grad_() for _ in range(2))
+    shift, scale, gate = (torch.randn(b, f, c, generator=g).requires_grad_() for _ in range(3))
+    grad = torch.randn(x.shape, generator=g)
+    errors = []
+    for kernel, reference, inputs in (
+        (triton_adaln_modulate, adaln_modulate_reference, (x, shift, scale)),
+        (triton_gated_residual, gated_residual_reference, (x, y, gate)),
+    ):
+        out = kernel(*inputs, frame_len)
+        ref = reference(*inputs, frame_len)
+        errors += _max_errors(
+            (out, *torch.autograd.grad(out, inputs, grad)), (ref, *torch.autograd.grad(ref, inputs, grad))
+        )
+    return errors
+
+
+def _denoise_case(name):
+    import torch
+
+    import cuda_ext
+
+    g = torch.Generator().manual_seed(2)
+    shape = (3, 4, 5, 7) if name != "heun_clamp_bf16_shape" else (2, 3, 16, 16)
+    x, vc, vu, vf = (torch.randn(shape, generator=g).requires_grad_() for _ in range(4))
+    dt = torch.tensor([0.1, -0.3, 0.7][: shape[0]])
+    kwargs = {
+        "euler": dict(dt=0.25),
+        "cfg_per_sample_dt": dict(dt=dt, v_uncond=vu, guidance_scale=2.5),
+        "heun_cfg_clamp": dict(dt=dt, v_uncond=vu, guidance_scale=1.7, clamp=(-0.5, 0.8), v_first=vf),
+        "heun_clamp_bf16_shape": dict(dt=0.5, v_first=vf, clamp=(-1.0, 1.0)),
+    }[name]
+    inputs = [t for t in (x, vc, kwargs.get("v_uncond"), kwargs.get("v_first")) if t is not None]
+    out = cuda_ext.denoise_step(x, vc, backend="triton", **kwargs)
+    ref = cuda_ext.denoise_step(x, vc, backend="off", **kwargs)
+    grad = torch.randn(shape, generator=g)
+    return _max_errors(
+        (out, *torch.autograd.grad(out, inputs, grad)), (ref, *torch.autograd.grad(ref, inputs, grad))
+    )
+
+
+def _dispatch_case(name):
+    import torch
+
+    import cuda_ext
+    from cuda_ext.attention import block_causal_attention_reference
+
+    os.environ["WORLDLOOP_KERNELS"] = "triton"
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 12, 16, generator=g).requires_grad_() for _ in range(3))
+    out = cuda_ext.block_causal_attention(q, k, v, frame_len=4)
+    if out.grad_fn is None or "BlockCausalAttention" not in type(out.grad_fn).__name__:
+        raise AssertionError(
+            f"WORLDLOOP_KERNELS=triton did not run the Triton kernel (grad_fn {out.grad_fn})"
+        )
+    return _max_errors((out,), (block_causal_attention_reference(q, k, v, 4),))
+
+
+def _run_all_cases() -> dict:
+    report = {}
+    for name in ALL_CASES:
+        runner = (
+            _attention_case
+            if name in ATTENTION_CASES
+            else _adaln_case
+            if name in ADALN_CASES
+            else _denoise_case
+            if name in DENOISE_CASES
+            else _dispatch_case
+        )
+        try:
+            start = time.perf_counter()
+            report[name] = {"errors": runner(name), "seconds": time.perf_counter() - start}
+        except Exception as err:  # report every case, not just the first failure
+            report[name] = {"exception": f"{type(err).__name__}: {err}"}
+    return report
+
+
+@pytest.fixture(scope="module")
+def interpreter_report() -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env.pop("WORLDLOOP_KERNELS", None)
+    proc = subprocess.run(
+        [sys.executable, __file__], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, f"interpreter run failed:\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_triton_kernel_matches_reference(interpreter_report, case):
+    result = interpreter_report[case]
+    assert "exception" not in result, result.get("exception")
+    assert result["errors"], "no outputs were compared"
+    assert max(result["errors"]) < TOLERANCE, f"max abs errors (output, grads...): {result['errors']}"
+
+
+if __name__ == "__main__":
+    os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+    print(json.dumps(_run_all_cases()))
