@@ -1,0 +1,165 @@
+"""Torch datasets over an `EpisodeDataset`: world-model windows and policy samples.
+
+Both read either from the in-memory `FrameTable` (`cache=True`, the default: every frame decoded once;
+see benchmarks/data_loading.py for why) or through lerobot's own `__getitem__` with `delta_timestamps`
+(`cache=False`: nothing held in memory, for datasets too large to cache). The two paths return the same
+values; tests/test_data_windows.py checks that.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import Dataset
+
+from data.dataset import DatasetError, EpisodeDataset
+from data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key
+
+
+def _to_uint8(images: torch.Tensor) -> torch.Tensor:
+    return (images * 255).round().to(torch.uint8)
+
+
+class WorldModelWindows(Dataset):
+    """Windows of `context + horizon` consecutive frames inside one episode.
+
+    Item: `frames` [T, V, 3, H, W] (uint8, or float in [0, 1] with `float_frames`), `actions` [T, A] (the
+    action taken at each frame: frame t+1 follows from frame t and action t), `state` [T, S],
+    `reward` / `success` / `done` [T], `task` (str), `episode_index`, `frame_index` (of the first frame).
+
+    Windows never cross an episode boundary. Episodes shorter than the window give no window (they are
+    listed in `skipped_episodes`); padding them would teach the model frames that never happened.
+    """
+
+    def __init__(
+        self,
+        dataset: EpisodeDataset,
+        episodes: list[int] | None = None,
+        context: int = 4,
+        horizon: int = 1,
+        stride: int = 1,
+        float_frames: bool = False,
+        cache: bool = True,
+    ):
+        if context < 1 or horizon < 0 or stride < 1:
+            raise ValueError(
+                f"need context >= 1, horizon >= 0, stride >= 1; got {context}, {horizon}, {stride}"
+            )
+        self.dataset = dataset
+        self.length = context + horizon
+        self.float_frames = float_frames
+        self.cache = cache
+        selected = dataset.select_episodes(episodes)
+        self.skipped_episodes = [ep.index for ep in selected if ep.length < self.length]
+        # (episode index, absolute index of the window's first frame)
+        self.starts = [
+            (ep.index, s) for ep in selected for s in range(ep.start, ep.end - self.length + 1, stride)
+        ]
+        if not self.starts:
+            raise DatasetError(
+                f"dataset {dataset.root}: no episode among {len(selected)} has the {self.length} frames a "
+                f"window needs (context {context} + horizon {horizon})"
+            )
+        if cache:
+            self.table = dataset.frame_table()
+        else:
+            keys = [image_key(c) for c in dataset.cameras] + [STATE, ACTION, *dataset.reward_keys]
+            offsets = [t / dataset.fps for t in range(self.length)]
+            self.lerobot = dataset.lerobot_with_deltas({k: offsets for k in keys})
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> dict:
+        episode, start = self.starts[i]
+        item = self._from_table(start) if self.cache else self._from_lerobot(episode, start)
+        if self.float_frames:
+            item["frames"] = item["frames"].float() / 255
+        item["episode_index"] = episode
+        return item
+
+    def _from_table(self, start: int) -> dict:
+        t, window = self.table, slice(start, start + self.length)
+        return {
+            "frames": torch.stack([t.images[c][window] for c in self.dataset.cameras], dim=1),
+            "actions": t.action[window],
+            "state": t.state[window],
+            "reward": t.reward[window],
+            "success": t.success[window],
+            "done": t.done[window],
+            "task": t.task[start],
+            "frame_index": int(t.frame_index[start]),
+        }
+
+    def _from_lerobot(self, episode: int, start: int) -> dict:
+        item = self.lerobot[start]
+        n = self.length
+        last = self.dataset.episodes[episode].end - 1
+        # Same fill rule as FrameTable for datasets without reward features.
+        filled = {
+            REWARD: torch.zeros(n),
+            SUCCESS: torch.zeros(n, dtype=torch.bool),
+            DONE: torch.arange(start, start + n) == last,
+        }
+        frames = torch.stack([item[image_key(c)] for c in self.dataset.cameras], dim=1)
+        return {
+            "frames": _to_uint8(frames),
+            "actions": item[ACTION],
+            "state": item[STATE],
+            **{k.removeprefix("next."): item[k].reshape(n) if k in item else v for k, v in filled.items()},
+            "task": item[TASK],
+            "frame_index": int(item["frame_index"]),
+        }
+
+
+class PolicySamples(Dataset):
+    """One sample per frame, in LeRobot's policy-batch layout.
+
+    Item: `observation.images.<cam>` float [3, H, W] in [0, 1], `observation.state` [S], `task` (str),
+    `action` [chunk_size, A] (the actions from this frame on), `action_is_pad` [chunk_size] (True past the
+    episode's end, where the last action is repeated, as LeRobot does), `episode_index`, `frame_index`.
+    """
+
+    def __init__(
+        self,
+        dataset: EpisodeDataset,
+        episodes: list[int] | None = None,
+        chunk_size: int = 8,
+        cache: bool = True,
+    ):
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        self.dataset = dataset
+        self.chunk_size = chunk_size
+        self.cache = cache
+        selected = dataset.select_episodes(episodes)
+        self.frames = [(ep.index, i) for ep in selected for i in range(ep.start, ep.end)]
+        if not self.frames:
+            raise DatasetError(f"dataset {dataset.root}: the selected episodes have no frames")
+        if cache:
+            self.table = dataset.frame_table()
+        else:
+            self.lerobot = dataset.lerobot_with_deltas({ACTION: [t / dataset.fps for t in range(chunk_size)]})
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def __getitem__(self, i: int) -> dict:
+        episode, index = self.frames[i]
+        item = {"episode_index": episode}
+        if self.cache:
+            t = self.table
+            chunk = torch.arange(index, index + self.chunk_size)
+            end = self.dataset.episodes[episode].end
+            for c in self.dataset.cameras:
+                item[image_key(c)] = t.images[c][index].float() / 255
+            item[STATE] = t.state[index]
+            item[ACTION] = t.action[chunk.clamp(max=end - 1)]
+            item["action_is_pad"] = chunk >= end
+            item[TASK] = t.task[index]
+            item["frame_index"] = int(t.frame_index[index])
+        else:
+            raw = self.lerobot[index]
+            for key in [image_key(c) for c in self.dataset.cameras] + [STATE, ACTION, "action_is_pad", TASK]:
+                item[key] = raw[key]
+            item["frame_index"] = int(raw["frame_index"])
+        return item

@@ -1,0 +1,142 @@
+"""EpisodeDataset: opening a LeRobotDataset from disk, feature checks with clear errors, the split."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import make_tiny_lerobot_dataset, pattern_image, pattern_state, pattern_task
+
+from data.dataset import DatasetConfig, DatasetError, EpisodeDataset, split_episodes
+from data.features import ACTION, STATE
+
+LENGTHS = [5, 9, 7]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return make_tiny_lerobot_dataset(
+        tmp_path_factory.mktemp("data") / "ds", episodes=3, length=LENGTHS, cameras=("front", "wrist")
+    )
+
+
+def test_opens_and_discovers_features(root):
+    ds = EpisodeDataset(DatasetConfig(root=str(root)))
+    assert ds.cameras == ["front"]  # default: the first camera only
+    assert ds.image_size == (16, 16) and ds.state_dim == 4 and ds.action_dim == 4 and ds.fps == 10
+    assert [(e.start, e.end) for e in ds.episodes.values()] == [(0, 5), (5, 14), (14, 21)]
+    assert ds.episodes[1].tasks == (pattern_task(1),)
+
+
+def test_frame_table_round_trip(root):
+    ds = EpisodeDataset(DatasetConfig(root=str(root), cameras=["wrist", "front"]))
+    table = ds.frame_table()
+    assert len(table) == sum(LENGTHS)
+    assert table.images["wrist"].dtype == torch.uint8 and table.images["wrist"].shape == (21, 3, 16, 16)
+    row = 5 + 3  # episode 1, frame 3
+    expected = torch.from_numpy(pattern_image(1, 3, 1, (16, 16))).permute(2, 0, 1)
+    assert torch.equal(table.images["wrist"][row], expected)
+    assert torch.equal(table.state[row], torch.from_numpy(pattern_state(1, 3)))
+    assert table.task[row] == pattern_task(1) and int(table.frame_index[row]) == 3
+    assert table.done.nonzero().flatten().tolist() == [4, 13, 20]
+    assert table.success.nonzero().flatten().tolist() == [4, 20]  # last frames of even episodes
+    assert ds.frame_table() is table  # decoded once
+
+
+def test_split_is_seeded_disjoint_and_stable_when_episodes_are_added():
+    eps = list(range(40))
+    train, held = split_episodes(eps, 0.25, seed=3)
+    assert sorted(train + held) == eps and not set(train) & set(held) and len(held) == 10
+    assert split_episodes(eps, 0.25, seed=3) == (train, held)
+    assert split_episodes(eps, 0.25, seed=4)[1] != held
+    # Growing the dataset keeps old training episodes in training.
+    train_more, _ = split_episodes(list(range(44)), 0.25, seed=3)
+    assert len(set(train) - set(train_more)) <= 2
+    assert split_episodes([0, 1], 0.1, seed=0)[1] != []  # a positive fraction always holds one out
+    with pytest.raises(ValueError, match="held_out_fraction"):
+        split_episodes(eps, 1.0, seed=0)
+
+
+def test_missing_root_is_a_clear_error_without_download(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        EpisodeDataset(DatasetConfig(root=str(tmp_path / "nope")))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="meta/info.json is missing"):
+        EpisodeDataset(DatasetConfig(root=str(tmp_path / "empty")))
+    with pytest.raises(DatasetError, match="root is empty"):
+        EpisodeDataset(DatasetConfig())
+
+
+def test_missing_data_file_is_a_clear_error(root, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(root, broken)
+    shutil.rmtree(broken / "data")
+    with pytest.raises(FileNotFoundError, match=r"data/chunk-000/file-000.parquet \(episode 0\) is missing"):
+        EpisodeDataset(DatasetConfig(root=str(broken)))
+
+
+def test_wrong_camera_names_the_available_ones(root):
+    with pytest.raises(DatasetError, match=r"camera 'top' not found.*\['front', 'wrist'\]"):
+        EpisodeDataset(DatasetConfig(root=str(root), cameras=["top"]))
+
+
+def test_expected_shapes_are_checked(root):
+    with pytest.raises(DatasetError, match=r"camera 'front' is 16x16, expected 64x64"):
+        EpisodeDataset(DatasetConfig(root=str(root), image_size=[64, 64]))
+    with pytest.raises(DatasetError, match=r"'observation.state' has size 4, expected 6"):
+        EpisodeDataset(DatasetConfig(root=str(root), state_dim=6))
+    with pytest.raises(DatasetError, match=r"'action' has size 4, expected 7"):
+        EpisodeDataset(DatasetConfig(root=str(root), action_dim=7))
+
+
+def _edit_info(root, tmp_path, edit) -> str:
+    copy = tmp_path / "edited"
+    shutil.copytree(root, copy)
+    info_path = copy / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    edit(info["features"])
+    info_path.write_text(json.dumps(info))
+    return str(copy)
+
+
+def test_missing_feature_is_named(root, tmp_path):
+    edited = _edit_info(root, tmp_path, lambda f: f.pop(ACTION))
+    with pytest.raises(DatasetError, match=r"required feature 'action' is missing"):
+        EpisodeDataset(DatasetConfig(root=edited))
+
+
+def test_wrong_declared_shape_is_named(root, tmp_path):
+    def make_state_2d(features):
+        features[STATE]["shape"] = [2, 2]
+
+    edited = _edit_info(root, tmp_path, make_state_2d)
+    with pytest.raises(DatasetError, match=r"'observation.state' is float32 of shape \(2, 2\)"):
+        EpisodeDataset(DatasetConfig(root=edited))
+
+
+def test_declared_image_size_that_lies_is_caught_when_decoding(root, tmp_path):
+    def shrink(features):
+        features["observation.images.front"]["shape"] = [8, 8, 3]
+
+    ds = EpisodeDataset(DatasetConfig(root=_edit_info(root, tmp_path, shrink)))
+    with pytest.raises(DatasetError, match=r"'observation.images.front' frames are \{\(16, 16, 3\)\}"):
+        ds.frame_table()
+
+
+def test_unknown_episode_is_named(root):
+    ds = EpisodeDataset(DatasetConfig(root=str(root)))
+    with pytest.raises(DatasetError, match=r"no episodes \[7\]"):
+        ds.select_episodes([0, 7])
+
+
+def test_missing_rewards_are_filled_or_required(tmp_path):
+    root = make_tiny_lerobot_dataset(tmp_path / "no_rewards", episodes=2, length=[3, 4], with_rewards=False)
+    with pytest.raises(
+        DatasetError, match=r"required features \['next.reward', 'next.success', 'next.done'\]"
+    ):
+        EpisodeDataset(DatasetConfig(root=str(root), require_rewards=True))
+    table = EpisodeDataset(DatasetConfig(root=str(root))).frame_table()
+    assert not table.reward.any() and not table.success.any()  # filled, as documented
+    assert table.done.nonzero().flatten().tolist() == [2, 6]  # True on each episode's last frame
