@@ -76,7 +76,7 @@ class TabletopEnv(gym.Env):
         self._initial = self.sim.scene_state()
         self._steps = 0
         obs = self._observation()
-        return obs, self._info(self._initial)
+        return obs, self.task_info()
 
     def step(self, action):
         if self.task is None:
@@ -84,8 +84,7 @@ class TabletopEnv(gym.Env):
         self.sim.set_target(np.asarray(action, dtype=np.float64).reshape(-1))
         self.sim.advance(self._dt)
         self._steps += 1
-        state = self.sim.scene_state()
-        info = self._info(state)
+        info = self.task_info()
         terminated = bool(info["success"] and self.config.terminate_on_success)
         truncated = self._steps >= self.config.max_steps
         return self._observation(), float(info["progress"]), terminated, truncated, info
@@ -100,7 +99,11 @@ class TabletopEnv(gym.Env):
         self._last_obs = obs
         return obs
 
-    def _info(self, state: SceneState) -> dict:
+    def task_info(self) -> dict:
+        """The instruction, whether the current state is a success, and the dense progress in [0, 1]."""
+        if self.task is None:
+            raise RuntimeError("call reset() first")
+        state = self.sim.scene_state()
         return {
             "task": self.task.instruction,
             "success": is_success(self.task, state),
