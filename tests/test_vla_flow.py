@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
+import vla_fixtures
 
-from data.features import ACTION, STATE, TASK, image_key
+from data.features import ACTION, STATE, image_key
 from vla.flow_vla import FlowVLAConfig, FlowVLAPolicy, VisionConfig
 from vla.flow_vla import flow_matching as fm
 from vla.policy import Policy
 
-STATS = {
-    STATE: {"mean": [0.1, 0.2, 0.3, 0.4], "std": [0.5, 0.5, 1.0, 2.0]},
-    ACTION: {"mean": [0.0, 0.5, 1.0, -0.5], "std": [0.3, 0.6, 0.9, 1.2]},
-}
+STATS = vla_fixtures.make_stats()
+ACTION_MEAN = torch.tensor(STATS[ACTION]["mean"], dtype=torch.float32)
+ACTION_STD = torch.tensor(STATS[ACTION]["std"], dtype=torch.float32)
 
 
 def tiny_config(**kw) -> FlowVLAConfig:
@@ -35,12 +36,7 @@ def tiny_config(**kw) -> FlowVLAConfig:
 
 def make_batch(b: int = 3, cfg: FlowVLAConfig | None = None, seed: int = 0) -> dict:
     cfg = cfg or tiny_config()
-    g = torch.Generator().manual_seed(seed)
-    batch = {image_key(c): torch.rand(b, 3, *cfg.image_size, generator=g) for c in cfg.cameras}
-    batch[STATE] = torch.randn(b, cfg.state_dim, generator=g)
-    batch[TASK] = [f"reach target {i % 2}" for i in range(b)]
-    batch[ACTION] = torch.randn(b, cfg.chunk_size, cfg.action_dim, generator=g)
-    return batch
+    return vla_fixtures.make_batch(b, cfg.cameras, cfg.image_size, cfg.chunk_size, seed)
 
 
 @pytest.fixture
@@ -78,7 +74,7 @@ def test_missing_batch_key_is_a_clear_error(policy):
 
 def test_bad_stats_name_the_field():
     with pytest.raises(ValueError, match="observation.state.*mean.*expected 4"):
-        FlowVLAPolicy(tiny_config(), {**STATS, STATE: {"mean": [0.0], "std": [1.0] * 4}})
+        FlowVLAPolicy(tiny_config(), {**STATS, STATE: {**STATS[STATE], "mean": np.zeros(1)}})
 
 
 def test_actions_are_unnormalised_with_the_stats(policy):
@@ -86,8 +82,7 @@ def test_actions_are_unnormalised_with_the_stats(policy):
     torch.nn.init.zeros_(policy.action_expert.out_proj.weight)
     noise = torch.randn(3, 6, 4)
     chunk = policy.predict_action_chunk(make_batch(), noise=noise)
-    mean, std = torch.tensor(STATS[ACTION]["mean"]), torch.tensor(STATS[ACTION]["std"])
-    torch.testing.assert_close(chunk, mean + std * noise, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(chunk, ACTION_MEAN + ACTION_STD * noise, atol=1e-5, rtol=1e-5)
 
 
 def gaussian_velocity(m: float, s: float):
@@ -163,11 +158,19 @@ def test_rtc_inpainting_keeps_the_prefix(policy):
     guided = policy.predict_action_chunk_with_prefix(
         batch, prefix, delay, generator=torch.Generator().manual_seed(2)
     )
-    std = torch.tensor(STATS[ACTION]["std"])
-    err_guided = ((guided[:, :delay] - prefix[:, :delay]) / std).abs().max()
-    err_free = ((free[:, :delay] - prefix[:, :delay]) / std).abs().max()
+    err_guided = ((guided[:, :delay] - prefix[:, :delay]) / ACTION_STD).abs().max()
+    err_free = ((free[:, :delay] - prefix[:, :delay]) / ACTION_STD).abs().max()
     assert err_guided < 0.05, f"prefix error {err_guided:.3f} (normalised units)"
     assert err_free > 20 * err_guided
+
+
+def test_padded_steps_are_left_out_of_the_loss(policy):
+    batch = make_batch()
+    pad = torch.zeros(3, 6, dtype=torch.bool)
+    batch["action_is_pad"] = pad
+    assert policy(batch)[0] > 0
+    batch["action_is_pad"] = ~pad
+    assert policy(batch)[0] == 0
 
 
 def test_save_load_round_trip_gives_identical_actions(policy, tmp_path):

@@ -9,22 +9,18 @@ expert runs once per sampler step, so few-step sampling is cheap.
 from __future__ import annotations
 
 import math
-from collections import deque
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.checkpoint import atomic_directory, load_json, load_model_weights, save_json, save_tensors
-from common.config import load_config, save_config
 from data.features import ACTION, STATE, TASK, image_key
+from data.stats import Stats
 from vla.flow_vla import flow_matching
 from vla.flow_vla.configuration_flow_vla import FlowVLAConfig
 from vla.flow_vla.language_encoder import build_language_encoder
 from vla.flow_vla.vision_encoder import ImageTokenizer
-from vla.normalization import MeanStdNormalizer
-from vla.policy import Policy
+from vla.pretrained import PretrainedPolicy
 
 
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -97,21 +93,17 @@ class ActionExpert(nn.Module):
         return self.out_proj(self.norm(h))
 
 
-class FlowVLAPolicy(Policy):
+class FlowVLAPolicy(PretrainedPolicy):
     """The built-in VLA. Outputs unnormalised absolute joint targets; see `vla.policy` for the batch."""
 
     name = "flow_vla"
+    config_class = FlowVLAConfig
 
-    def __init__(self, config: FlowVLAConfig, stats: dict | None = None):
-        super().__init__()
-        self.config = config
+    def __init__(self, config: FlowVLAConfig, stats: Stats):
+        super().__init__(config, stats)
         self.chunk_size = config.chunk_size
-        self.n_action_steps = config.n_action_steps
-        self.action_dim = config.action_dim
-        self.normalizer = MeanStdNormalizer({STATE: config.state_dim, ACTION: config.action_dim}, stats)
         self.observation_encoder = ObservationEncoder(config)
         self.action_expert = ActionExpert(config)
-        self._queue: deque[torch.Tensor] = deque()
 
     # ---- observation ---------------------------------------------------------------------------------
     def _check_batch(self, batch: dict) -> None:
@@ -244,30 +236,3 @@ class FlowVLAPolicy(Policy):
 
     def unnormalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.normalizer.unnormalize(ACTION, actions)
-
-    # ---- control loop --------------------------------------------------------------------------------
-    def reset(self) -> None:
-        self._queue.clear()
-
-    @torch.no_grad()
-    def select_action(self, batch: dict) -> torch.Tensor:
-        if not self._queue:
-            chunk = self.predict_action_chunk(batch)[:, : self.n_action_steps]
-            self._queue.extend(chunk.transpose(0, 1))
-        return self._queue.popleft()
-
-    # ---- checkpoints ---------------------------------------------------------------------------------
-    def save_pretrained(self, path: str | Path) -> None:
-        with atomic_directory(path) as tmp:
-            save_config(self.config, tmp / "config.yaml")
-            save_tensors(self.state_dict(), tmp / "model.safetensors")
-            save_json(self.normalizer.stats_dict(), tmp / "stats.json")
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path) -> FlowVLAPolicy:
-        path = Path(path)
-        config = load_config(FlowVLAConfig, path / "config.yaml")
-        policy = cls(config, load_json(path / "stats.json"))
-        load_model_weights(policy, path / "model.safetensors")
-        policy.eval()
-        return policy
