@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 EXTRAS ?= sim,dev
 APT_PACKAGES := libegl1 libgl1 libgles2 libosmesa6 libavutil57 libavcodec59 libavformat59 \
-                libavdevice59 libavfilter8 libswscale6 libswresample4
+                libavdevice59 libavfilter8 libswscale6 libswresample4 chromium
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= egl
 export HF_HUB_OFFLINE ?= 1
