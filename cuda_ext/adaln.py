@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from cuda_ext.backend import resolve_backend
+from cuda_ext.backend import resolve_backend, unsupported_dtype
+
+MAX_KERNEL_CHANNELS = 16384  # the Triton kernels hold one token row in registers
 
 
 def _per_token(cond: torch.Tensor, frame_len: int) -> torch.Tensor:
@@ -47,6 +49,13 @@ def _check_frames(op: str, x: torch.Tensor, frame_len: int, **conds: torch.Tenso
             raise ValueError(f"{op}: {name} is {t.dtype} on {t.device}, x is {x.dtype} on {x.device}")
 
 
+def _unsupported(x: torch.Tensor) -> str | None:
+    too_wide = (
+        f"{x.shape[-1]} channels > {MAX_KERNEL_CHANNELS}" if x.shape[-1] > MAX_KERNEL_CHANNELS else None
+    )
+    return unsupported_dtype(x.dtype) or too_wide
+
+
 def adaln_modulate(
     x: torch.Tensor,
     shift: torch.Tensor,
@@ -60,7 +69,7 @@ def adaln_modulate(
     The LayerNorm has no affine parameters (the modulation replaces them). Differentiable on every path.
     """
     _check_frames("adaln_modulate", x, frame_len, shift=shift, scale=scale)
-    if resolve_backend("adaln_modulate", backend, x.device) == "reference":
+    if resolve_backend("adaln_modulate", backend, x.device, unsupported=_unsupported(x)) == "reference":
         return adaln_modulate_reference(x, shift, scale, frame_len, eps)
     from cuda_ext.triton_kernels.adaln import triton_adaln_modulate
 
@@ -74,7 +83,8 @@ def gated_residual(
     _check_frames("gated_residual", residual, frame_len, gate=gate)
     if y.shape != residual.shape:
         raise ValueError(f"gated_residual: y {tuple(y.shape)} must match residual {tuple(residual.shape)}")
-    if resolve_backend("gated_residual", backend, residual.device) == "reference":
+    path = resolve_backend("gated_residual", backend, residual.device, unsupported=_unsupported(residual))
+    if path == "reference":
         return gated_residual_reference(residual, y, gate, frame_len)
     from cuda_ext.triton_kernels.adaln import triton_gated_residual
 

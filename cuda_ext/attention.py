@@ -13,7 +13,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from cuda_ext.backend import resolve_backend
+from cuda_ext.backend import resolve_backend, unsupported_dtype
 
 
 @functools.lru_cache(maxsize=32)
@@ -82,7 +82,10 @@ def block_causal_attention(
     Differentiable on every path.
     """
     _check_inputs(q, k, v, frame_len, window)
-    path = resolve_backend("block_causal_attention", backend, q.device)
+    unsupported = unsupported_dtype(q.dtype) or (
+        f"head dim {q.shape[-1]} > 256" if q.shape[-1] > 256 else None
+    )
+    path = resolve_backend("block_causal_attention", backend, q.device, unsupported=unsupported)
     if path == "reference":
         return block_causal_attention_reference(q, k, v, frame_len, window, scale)
     from cuda_ext.triton_kernels.attention import triton_block_causal_attention

@@ -2,7 +2,8 @@
 
 `WORLDLOOP_KERNELS` (or an op's `backend=` argument, which wins) picks the path:
 
-- `auto` (default): the Triton kernel for CUDA tensors when Triton is installed, the reference elsewhere.
+- `auto` (default): the Triton kernel for CUDA tensors when Triton is installed and the kernel takes the
+  inputs (dtype fp32/fp16/bf16, sizes within its limits), the reference elsewhere.
 - `off`: always the PyTorch reference.
 - `triton`: always the Triton kernel. CPU tensors need `TRITON_INTERPRET=1` (the Triton interpreter, for tests).
 - `cuda`: the CUDA C++ extension for ops that have one (`denoise_step`), Triton for the others.
@@ -41,15 +42,34 @@ def triton_interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def unsupported_dtype(dtype: torch.dtype) -> str | None:
+    """Why the kernels cannot take `dtype`, or None."""
+    return None if dtype in KERNEL_DTYPES else f"dtype {dtype} (kernels take float32, float16, bfloat16)"
+
+
 def resolve_backend(
-    op: str, backend: str | None, device: torch.device, has_cuda_extension: bool = False
+    op: str,
+    backend: str | None,
+    device: torch.device,
+    has_cuda_extension: bool = False,
+    unsupported: str | None = None,
 ) -> str:
-    """The implementation `op` runs for tensors on `device`: 'reference', 'triton' or 'cuda'."""
+    """The implementation `op` runs for tensors on `device`: 'reference', 'triton' or 'cuda'.
+
+    `unsupported` says why the kernels cannot take these inputs (None when they can): `auto` then uses the
+    reference, a forced kernel backend raises.
+    """
     name = requested_backend(backend)
     if name == "off":
         return "reference"
     if name == "auto":
-        return "triton" if device.type == "cuda" and triton_available() else "reference"
+        usable = device.type == "cuda" and triton_available() and unsupported is None
+        return "triton" if usable else "reference"
+    if unsupported is not None:
+        raise ValueError(f"{op}: backend '{name}' cannot take these inputs: {unsupported}")
     if name == "cuda" and has_cuda_extension:
         if device.type != "cuda":
             raise RuntimeError(f"{op}: backend 'cuda' needs CUDA tensors, got tensors on {device}")

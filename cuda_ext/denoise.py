@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from cuda_ext.backend import resolve_backend
+from cuda_ext.backend import resolve_backend, unsupported_dtype
 
 
 def guided_velocity(
@@ -76,10 +76,13 @@ def denoise_step(
     """One sampler update over the latent x [B, ...]; `dt` is a float or a per-sample [B] tensor.
 
     Without `v_first` it is the Euler step, with it the Heun corrector (see the module docstring).
-    Differentiable on every path (gradients flow to x and the velocities, not to dt).
+    Differentiable on every path: gradients flow to x and the velocities (the kernel paths treat dt as a
+    constant; the reference also differentiates a tensor dt).
     """
     _check_inputs(x, v_cond, dt, v_uncond, clamp, v_first)
-    path = resolve_backend("denoise_step", backend, x.device, has_cuda_extension=True)
+    path = resolve_backend(
+        "denoise_step", backend, x.device, has_cuda_extension=True, unsupported=unsupported_dtype(x.dtype)
+    )
     if path == "reference":
         return denoise_step_reference(x, v_cond, dt, v_uncond, guidance_scale, clamp, v_first)
     from cuda_ext.fused_denoise import fused_denoise_step

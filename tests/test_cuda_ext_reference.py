@@ -129,6 +129,18 @@ def test_env_override_forces_a_path_or_fails_clearly(monkeypatch):
         cuda_ext.denoise_step(q, q, 0.1)
 
 
+def test_inputs_the_kernels_cannot_take(monkeypatch):
+    monkeypatch.delenv("WORLDLOOP_KERNELS", raising=False)
+    cuda = torch.device("cuda")
+    # auto quietly keeps such inputs on the reference, a forced kernel backend says why it cannot run
+    assert resolve_backend("op", None, cuda, unsupported="dtype torch.float64") == "reference"
+    with pytest.raises(ValueError, match="cannot take these inputs: dtype torch.float64"):
+        resolve_backend("op", "triton", cuda, unsupported="dtype torch.float64")
+    x = torch.randn(1, 4, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="float64"):
+        cuda_ext.adaln_modulate(x, x[:, :2], x[:, :2], 2, backend="triton")
+
+
 def test_references_are_differentiable():
     q = torch.randn(1, 2, 6, 4, requires_grad=True)
     block_causal_attention_reference(q, q, q, 3).sum().backward()

@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from cuda_ext.adaln import MAX_KERNEL_CHANNELS
+
 
 @triton.jit
 def _adaln_fwd(
@@ -80,10 +82,11 @@ def _gated_residual_fwd(RES, Y, GATE, OUT, L, C, frame_len, BLOCK_C: tl.constexp
 
 
 def _block_c(channels: int) -> int:
-    block = triton.next_power_of_2(channels)
-    if block > 16384:
-        raise ValueError(f"adaln (triton): {channels} channels do not fit one row block (max 16384)")
-    return block
+    if channels > MAX_KERNEL_CHANNELS:
+        raise ValueError(
+            f"adaln (triton): {channels} channels do not fit one row block (max {MAX_KERNEL_CHANNELS})"
+        )
+    return triton.next_power_of_2(channels)
 
 
 class _AdaLNModulate(torch.autograd.Function):
