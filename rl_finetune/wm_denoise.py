@@ -1,0 +1,69 @@
+"""The world model's x0 prediction, with gradients, for noised frames of a clip given their clean past.
+
+`WorldModel.rollout` is a no-grad sampler; post-training needs the same prediction as a differentiable
+function of the weights, for frames the model itself generated. This runs the DiT once in its
+teacher-forced layout (clean frames 0..T-1, then noisy copies of frames 1..T-1; noisy frame i sees clean
+frames i-context..i-1 and itself, see world_model/attention.py), which is exactly the view a KV-cache
+rollout has when it generates frame i: the past carries the rollout's context noise, the previous frame
+is read beside the noisy one, and frame i is conditioned on action i-1.
+
+Only the public pieces of the world model are used (its DiT, normalisation and the flow path), so the
+model's own training code stays untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from world_model import flow
+from world_model.model import WorldModel
+
+
+@dataclass
+class NoisedClip:
+    """One draw of the noise that turns a clip into model inputs; shared by every model that is compared."""
+
+    t: torch.Tensor  # [B, T-1] noise levels of frames 1..T-1
+    noise: torch.Tensor  # [B, T-1, V, C, H, W] for frames 1..T-1
+    context_noise: torch.Tensor  # [B, T, V, C, H, W] the small noise on the clean copies
+
+    @classmethod
+    def draw(cls, x: torch.Tensor, t_first: int, t_min: float, t_max: float) -> NoisedClip:
+        """x [B, T, V, C, H, W]; frames from `t_first` on get t ~ U[t_min, t_max], earlier ones t = 1
+        (their noisy copies are not targets and are only there because the layout has them)."""
+        b, length = x.shape[:2]
+        t = torch.ones(b, length - 1, device=x.device)
+        t[:, t_first - 1 :] = t_min + (t_max - t_min) * torch.rand(b, length - t_first, device=x.device)
+        return cls(t, torch.randn_like(x[:, 1:]), torch.randn_like(x))
+
+
+def predict_x0(model: WorldModel, x: torch.Tensor, actions: torch.Tensor, noised: NoisedClip) -> torch.Tensor:
+    """x0 estimates [B, T-1, V, C, H, W] (in [-1, 1] units) for the noisy copies of frames 1..T-1.
+
+    x: the clip [B, T, V, C, H, W] in [-1, 1]; actions [B, T, A] in dataset units (action t leads from
+    frame t to t+1; the last one is unused).
+    """
+    cfg = model.cfg
+    b, length = x.shape[:2]
+    dev = x.device
+    a = model.normalize_action(actions)
+    ctx_t = torch.full((b, length), cfg.context_noise_rollout, device=dev)
+    clean = flow.add_noise(x, noised.context_noise, ctx_t)
+    prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
+    noisy = flow.add_noise(x[:, 1:], noised.noise, noised.t)
+    lead_actions = torch.cat([torch.zeros_like(a[:, :1]), a[:, :-1]], 1)  # frame i <- action i-1
+    has_action = torch.ones(b, length, dtype=torch.bool, device=dev)
+    has_action[:, 0] = False
+    par, sd = cfg.parameterisation, cfg.sigma_data
+    out, _, _ = model.dit(
+        torch.cat([flow.input_scale(clean, ctx_t, par, sd), flow.input_scale(noisy, noised.t, par, sd)], 1),
+        torch.cat([prev_clean, clean[:, :-1]], 1),
+        torch.cat([lead_actions, lead_actions[:, 1:]], 1),
+        torch.cat([has_action, has_action[:, 1:]], 1),
+        torch.cat([ctx_t, noised.t], 1),
+        torch.cat([torch.arange(length, device=dev), torch.arange(1, length, device=dev)]),
+        teacher_forced=True,
+    )
+    return flow.to_x0(out[:, length:], noisy, noised.t, par, sd)

@@ -1,0 +1,299 @@
+"""World-model post-training with rewards: rollout stability, then executability (either alone, or both).
+
+Each stage is one run of the shared training loop (common/training.py: accelerate, EMA, warmup + cosine,
+tqdm, TensorBoard logs, atomic checkpoints, exact resume). What the loop trains is a `PosttrainObjective`,
+a module that holds three world models:
+
+    policy     the model being post-trained (only its DiT; the IDM and outcome heads stay frozen: the IDM
+               is the executability reward model and must not learn to please itself)
+    old        the sampling model of DiffusionNFT, a frozen copy that follows `policy` softly
+    reference  the frozen pre-trained model the regulariser pulls towards
+
+All three live in the module's state dict, so a checkpoint holds them all and a resumed run continues
+exactly. Its forward (called by the loop on a batch of real start windows) rolls out G candidates per
+start state with `old`, scores them with the stage's reward and returns the NFT loss
+(rl_finetune/rollout_stability.py). Exports are plain world-model checkpoints of `policy` (EMA weights).
+
+Layout: <output_dir>/<k>_<stage>/ is the training loop's output directory of stage k; stage k + 1 starts
+from stage k's `pretrained_model/`; every stage regularises towards the original base model.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from common.config import ConfigError, save_config
+from common.training import TrainLoopConfig, last_checkpoint, run_training
+from data.dataset import DatasetConfig, EpisodeDataset
+from data.windows import WorldModelWindows
+from rl_finetune.executability import ExecutabilityRewardConfig, executability_reward
+from rl_finetune.rollout_stability import (
+    FidelityRewardConfig,
+    NFTConfig,
+    clip_fidelity_reward,
+    nft_loss,
+    optimality_probability,
+)
+from rl_finetune.wm_denoise import NoisedClip, predict_x0
+from rl_finetune.wm_posttrain_eval import executability_summary, fidelity_summary, held_out_rollouts
+from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
+from world_model.model import WorldModel
+
+STAGES = ("stability", "executability")
+
+
+@dataclass
+class RolloutGroupConfig:
+    group_size: int = 4  # G candidate futures per start state
+    min_length: int = 4  # L ~ U{min_length..max_length} per step (4 is the least jerk needs)
+    max_length: int = 8
+    context: int = 0  # real frames a rollout starts from; 0 -> the model's dit.context_frames
+    sampler_steps: int = 0  # denoising steps per frame; 0 -> the model's own sampler config
+
+    def validate(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"rollouts.group_size={self.group_size}: NFT compares candidates, use >= 2")
+        if not 4 <= self.min_length <= self.max_length:
+            raise ValueError(
+                f"need 4 <= rollouts.min_length <= rollouts.max_length, got {self.min_length}, {self.max_length}"
+            )
+        if self.context < 0 or self.sampler_steps < 0:
+            raise ValueError("rollouts.context and rollouts.sampler_steps must be >= 0")
+
+
+@dataclass
+class PosttrainConfig:
+    base_model: str = ""  # a world-model pretrained_model/ directory
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    output_dir: str = "outputs/wm_posttrain"
+    stages: list[str] = field(default_factory=lambda: ["stability", "executability"])
+    resume: bool = False  # continue the unfinished stage from its last checkpoint, skip finished ones
+    start_stride: int = 1  # stride between training start windows within an episode
+    eval_start_states: int = 8  # held-out start states scored at each evaluation
+    rollouts: RolloutGroupConfig = field(default_factory=RolloutGroupConfig)
+    nft: NFTConfig = field(default_factory=NFTConfig)
+    fidelity: FidelityRewardConfig = field(default_factory=FidelityRewardConfig)
+    executability: ExecutabilityRewardConfig = field(default_factory=ExecutabilityRewardConfig)
+    train: TrainLoopConfig = field(
+        default_factory=lambda: TrainLoopConfig(
+            steps=200,
+            batch_size=2,
+            lr=1e-5,
+            warmup_steps=10,
+            ema_decay=0.99,
+            checkpoint_every=50,
+            log_every=5,
+        )
+    )
+
+    def validate(self) -> None:
+        if not self.base_model:
+            raise ConfigError("base_model is empty: give a world-model pretrained_model/ directory")
+        if (
+            not self.stages
+            or any(s not in STAGES for s in self.stages)
+            or len(set(self.stages)) != len(self.stages)
+        ):
+            raise ConfigError(
+                f"stages={self.stages}: expected a non-empty list of distinct names from {STAGES}"
+            )
+        if self.start_stride < 1 or self.eval_start_states < 0:
+            raise ConfigError("start_stride must be >= 1 and eval_start_states >= 0")
+        for part in (self.rollouts, self.nft, self.fidelity, self.executability):
+            try:
+                part.validate()
+            except ValueError as e:
+                raise ConfigError(str(e)) from e
+
+
+class PosttrainObjective(nn.Module):
+    """policy / old / reference world models and one stage's reward; forward(batch) -> (loss, logs)."""
+
+    def __init__(
+        self,
+        base: WorldModel,
+        reference: WorldModel,
+        stage: str,
+        cfg: PosttrainConfig,
+        spec: EmbodimentSpec = TABLETOP_ARM,
+    ):
+        super().__init__()
+        if stage not in STAGES:
+            raise ValueError(f"stage {stage!r} unknown; expected one of {STAGES}")
+        if stage == "executability" and base.cfg.idm.use_state:
+            raise ValueError(
+                "the executability reward decodes actions from generated frames alone, but this model's IDM "
+                "reads the joint state (idm.use_state=True), which a rollout does not have"
+            )
+        self.stage, self.cfg, self.spec = stage, cfg, spec
+        self.policy = base
+        self.policy.heads.requires_grad_(False)
+        self.policy.idm.requires_grad_(False)
+        self.old = copy.deepcopy(base).requires_grad_(False).eval()
+        self.reference = reference.requires_grad_(False).eval()
+        self.context = cfg.rollouts.context or base.cfg.dit.context_frames
+
+    @torch.no_grad()
+    def follow_policy(self) -> None:
+        """theta_old <- d theta_old + (1 - d) theta (DiffusionNFT's soft update of the sampling model)."""
+        for old, new in zip(self.old.parameters(), self.policy.parameters()):
+            old.lerp_(new.detach(), 1.0 - self.cfg.nft.old_decay)
+
+    def rewards(
+        self, generated: torch.Tensor, real: torch.Tensor, last_context: torch.Tensor, commanded: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Rewards [N] of candidate clips and every term [N] (both stages' terms, only one is optimised)."""
+        fidelity, fid_terms = clip_fidelity_reward(generated, real, self.cfg.fidelity)
+        decoded = self.reference.infer_actions(torch.cat([last_context, generated], 1))
+        executable, exec_terms = executability_reward(decoded, commanded, self.spec, self.cfg.executability)
+        terms = {f"fidelity/{k}": v for k, v in fid_terms.items()}
+        terms.update({f"exec/{k}": v for k, v in exec_terms.items()})
+        terms["exec/reward"] = executable
+        return (fidelity if self.stage == "stability" else executable), terms
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg, c, g = self.cfg, self.context, self.cfg.rollouts.group_size
+        frames, actions = batch["frames"], batch["actions"].float()
+        if frames.dtype == torch.uint8:
+            frames = frames.float() / 255
+        length = int(torch.randint(cfg.rollouts.min_length, cfg.rollouts.max_length + 1, ()))
+        if frames.shape[1] < c + length:
+            raise ValueError(
+                f"start windows hold {frames.shape[1]} frames; context {c} + length {length} needed"
+            )
+        if self.training:
+            self.follow_policy()
+
+        # G candidates per start state, sampled by the old model on its own predictions.
+        frames = frames[:, : c + length].repeat_interleave(g, 0)
+        actions = actions[:, : c + length].repeat_interleave(g, 0)
+        commanded = actions[:, c - 1 : c - 1 + length]
+        steps = cfg.rollouts.sampler_steps or None
+        with torch.no_grad():
+            generated, _, _ = self.old.rollout(frames[:, :c], actions[:, : c - 1], commanded, steps=steps)
+            reward, terms = self.rewards(generated, frames[:, c:], frames[:, c - 1 : c], commanded)
+            r = optimality_probability(reward.view(-1, g), cfg.nft.advantage_clip).flatten()
+
+        # The candidate clip with its real context, as the models see it in [-1, 1].
+        x = WorldModel.frames_in(torch.cat([frames[:, :c], generated], 1))
+        noised = NoisedClip.draw(x, c, cfg.nft.t_min, cfg.nft.t_max)
+        x0_theta = predict_x0(self.policy, x, actions, noised)[:, c - 1 :]
+        with torch.no_grad():
+            x0_old = predict_x0(self.old, x, actions, noised)[:, c - 1 :]
+            x0_ref = predict_x0(self.reference, x, actions, noised)[:, c - 1 :]
+        loss, logs = nft_loss(x0_theta, x0_old, x0_ref, x[:, c:], r, cfg.nft)
+        logs.update({k: float(v.mean()) for k, v in terms.items()})
+        logs["reward/mean"] = float(reward.mean())
+        logs["reward/group_std"] = float(reward.view(-1, g).std(1).mean())
+        logs["rollout/length"] = float(length)
+        return loss, logs
+
+
+def _posttrain_loss(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+    return model(batch)
+
+
+def _save_policy(model: nn.Module, directory: Path) -> None:
+    model.policy.save_pretrained(directory)
+
+
+def _open_data(
+    cfg: PosttrainConfig, base: WorldModel, context: int
+) -> tuple[WorldModelWindows, WorldModelWindows]:
+    dataset = EpisodeDataset(cfg.dataset)
+    if tuple(dataset.cameras) != tuple(base.cfg.cameras):
+        raise ConfigError(
+            f"dataset {cfg.dataset.root} gives cameras {dataset.cameras} but the world model {cfg.base_model} "
+            f"predicts {list(base.cfg.cameras)}; set dataset.cameras to match"
+        )
+    train_eps, held_out_eps = dataset.split()
+    horizon = cfg.rollouts.max_length
+    train = WorldModelWindows(dataset, train_eps, context=context, horizon=horizon, stride=cfg.start_stride)
+    held_out = WorldModelWindows(
+        dataset, held_out_eps or train_eps, context=context, horizon=horizon, stride=horizon
+    )
+    return train, held_out
+
+
+def run_stage(
+    stage: str,
+    base: WorldModel,
+    reference: WorldModel,
+    train_windows: WorldModelWindows,
+    eval_windows: WorldModelWindows,
+    cfg: PosttrainConfig,
+    stage_dir: Path,
+    resume: bool,
+    spec: EmbodimentSpec = TABLETOP_ARM,
+) -> WorldModel:
+    """One stage through the shared loop; returns the exported (EMA) world model."""
+    objective = PosttrainObjective(base, reference, stage, cfg, spec)
+    count = min(cfg.eval_start_states, len(eval_windows))
+    eval_indices = torch.linspace(0, len(eval_windows) - 1, count).round().long().tolist() if count else []
+
+    def evaluate(model: nn.Module, step: int, eval_dir: Path) -> dict[str, float]:
+        if not eval_indices:
+            return {}
+        result = held_out_rollouts(
+            model.policy,
+            eval_windows,
+            eval_indices,
+            objective.context,
+            cfg.rollouts.max_length,
+            cfg.fidelity,
+            seed=cfg.train.seed,
+        )
+        return {
+            **fidelity_summary(result, [1, cfg.rollouts.max_length]),
+            **executability_summary(result, spec),
+        }
+
+    exported = run_training(
+        objective,
+        train_windows,
+        _posttrain_loss,
+        cfg.train,
+        stage_dir,
+        _save_policy,
+        resume=resume,
+        eval_fn=evaluate,
+    )
+    return exported.policy
+
+
+def run_posttraining(cfg: PosttrainConfig, spec: EmbodimentSpec = TABLETOP_ARM) -> Path:
+    """Run the configured stages in order; returns the final pretrained_model directory."""
+    cfg.validate()
+    output = Path(cfg.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, output / "posttrain_config.yaml")
+    reference = WorldModel.from_pretrained(cfg.base_model)
+    context = cfg.rollouts.context or reference.cfg.dit.context_frames
+    train_windows, eval_windows = _open_data(cfg, reference, context)
+    current = Path(cfg.base_model)
+    for k, stage in enumerate(cfg.stages):
+        stage_dir = output / f"{k}_{stage}"
+        exported = stage_dir / "pretrained_model"
+        if (exported / "model.safetensors").is_file():
+            if not cfg.resume:
+                raise ConfigError(
+                    f"{stage_dir} already holds a finished stage; pass --resume=true or another output_dir"
+                )
+            print(f"stage {stage}: finished earlier, using {exported}")
+            current = exported
+            continue
+        has_checkpoint = last_checkpoint(stage_dir) is not None
+        if has_checkpoint and not cfg.resume:
+            raise ConfigError(
+                f"{stage_dir} holds checkpoints; pass --resume=true to continue or another output_dir"
+            )
+        print(f"stage {stage}: from {current}" + (" (resuming)" if has_checkpoint else ""))
+        base = WorldModel.from_pretrained(current)
+        run_stage(stage, base, reference, train_windows, eval_windows, cfg, stage_dir, has_checkpoint, spec)
+        current = exported
+    return current
