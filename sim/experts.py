@@ -27,6 +27,7 @@ PRE_PUSH_GAP = 0.03  # m, extra room behind the cube before descending
 PUSH_LEAD = 0.025  # m, how far past the contact point the push waypoint is placed
 LATERAL_TOLERANCE = 0.022  # m, finger off the push line beyond this -> lift and re-approach
 DONE_RADIUS = 0.015  # m, cube this close to the square's centre -> stop pushing
+_EXPERT_STREAM = 0x5EED  # mixed into seeds so expert and env random streams differ
 
 
 @dataclass
@@ -55,7 +56,7 @@ class ScriptedExpert:
         self.env = env
         self.config = config or ExpertConfig()
         self.config.validate()
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(None if seed is None else [seed, _EXPERT_STREAM])
         spec = env.embodiment
         dt = 1.0 / spec.fps
         self._max_dq = spec.max_velocity() * dt * 0.95  # per step; margin under the hard limit
@@ -65,7 +66,8 @@ class ScriptedExpert:
 
     def reset(self, seed: int | None = None) -> None:
         if seed is not None:
-            self.rng = np.random.default_rng(seed)
+            # A stream of its own: the env seeded with the same number must not draw the same numbers.
+            self.rng = np.random.default_rng([seed, _EXPERT_STREAM])
         if self.env.task is None:
             raise RuntimeError("reset the env before the expert")
         flaw = 1.0 - self.config.skill
