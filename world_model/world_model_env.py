@@ -1,0 +1,254 @@
+"""A batched, gymnasium-style imagination env over a trained world model.
+
+    env = WorldModelEnv(world_model, WorldModelEnvConfig(horizon=50), embodiment=TABLETOP_ARM)
+    obs = env.reset(initial_states, seed=0)           # from dataset episodes or live sim frames
+    obs, reward, terminated, truncated, info = env.step(action_chunk)   # [B, K, A] joint targets
+
+Observations have the batch format every `Policy` reads from real robots and the simulator:
+`observation.images.<cam>` float [B, 3, H, W] in [0, 1] for each camera the world model draws,
+`observation.state` [B, S], `task` (list of B str).
+
+The world model draws frames, not joint positions. The imagined `observation.state` integrates the
+commanded joint targets the way the simulator's servos do (`sim.tabletop_sim.TabletopSim.advance`): each
+step the state moves towards the clipped target by at most `velocity_limit / fps` per joint, and stays
+within the position limits. This is exact for an unobstructed arm and drifts only when contact stops the
+arm, which the frames then show and the policy can see; an inverse-dynamics estimate would instead add
+its own error on every step, contact or not.
+
+Each `step` runs `WorldModel.rollout` over the chunk from the last `dit.context_frames` imagined frames: the
+KV cache carries the chunk's frames from one frame to the next, and the few-step sampler of the world
+model's config (or `sampler_steps`) draws each frame. Randomness comes from one generator seeded at
+`reset`, so the same seed, initial states and actions give the same frames, rewards and success.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from data.features import STATE, TASK, image_key
+from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
+from world_model.model import WorldModel
+
+
+@dataclass
+class WorldModelEnvConfig:
+    horizon: int = 50  # env steps (frames at the embodiment's fps) per imagined episode
+    sampler_steps: int = 0  # denoising steps per frame; 0 -> the world model's own sampler config
+    use_cache: bool = True  # KV cache inside each chunk (False: the slow recompute reference path)
+    success_threshold: float = 0.5  # success-head probability above which a step counts as a success
+    terminate_on_success: bool = True  # an env that succeeded stops earning reward (as the sim's envs)
+
+    def validate(self) -> None:
+        if self.horizon < 1:
+            raise ValueError(f"WorldModelEnvConfig.horizon={self.horizon} must be >= 1")
+        if self.sampler_steps < 0:
+            raise ValueError(f"WorldModelEnvConfig.sampler_steps={self.sampler_steps} must be >= 0")
+        if not 0 < self.success_threshold < 1:
+            raise ValueError(
+                f"WorldModelEnvConfig.success_threshold={self.success_threshold} must be in (0, 1)"
+            )
+
+
+@dataclass
+class InitialStates:
+    """Where B imagined episodes start: C context frames per camera, the C-1 actions between them.
+
+    frames: camera -> [B, C, 3, H, W] float in [0, 1] (or uint8); actions: [B, C-1, A] in dataset units;
+    state: [B, S] joint positions at the last context frame; task: B instructions.
+    """
+
+    frames: dict[str, torch.Tensor]
+    actions: torch.Tensor
+    state: torch.Tensor
+    task: list[str]
+
+    @property
+    def batch_size(self) -> int:
+        return self.state.shape[0]
+
+    def repeat(self, times: int) -> InitialStates:
+        """Each start `times` times in a row (a GRPO group: [s0, s0, ..., s1, s1, ...])."""
+        return InitialStates(
+            {c: f.repeat_interleave(times, 0) for c, f in self.frames.items()},
+            self.actions.repeat_interleave(times, 0),
+            self.state.repeat_interleave(times, 0),
+            [t for t in self.task for _ in range(times)],
+        )
+
+    def select(self, index: list[int]) -> InitialStates:
+        return InitialStates(
+            {c: f[index] for c, f in self.frames.items()},
+            self.actions[index],
+            self.state[index],
+            [self.task[i] for i in index],
+        )
+
+
+def _as_float_frames(frames: torch.Tensor) -> torch.Tensor:
+    return frames.float() / 255 if frames.dtype == torch.uint8 else frames.float()
+
+
+class WorldModelEnv:
+    """B imagined episodes stepped together; see the module docstring."""
+
+    def __init__(
+        self,
+        world_model: WorldModel,
+        config: WorldModelEnvConfig | None = None,
+        embodiment: EmbodimentSpec = TABLETOP_ARM,
+    ):
+        self.config = config or WorldModelEnvConfig()
+        self.config.validate()
+        self.world_model = world_model.eval()
+        self.embodiment = embodiment
+        dit = world_model.cfg.dit
+        if dit.action_dim != embodiment.num_joints:
+            raise ValueError(
+                f"world model action_dim={dit.action_dim} but embodiment {embodiment.name!r} has "
+                f"{embodiment.num_joints} joints"
+            )
+        self.cameras = tuple(world_model.cfg.cameras)
+        self.context_frames = dit.context_frames
+        self.device = next(world_model.parameters()).device
+        self._lower = torch.tensor(embodiment.position_lower, dtype=torch.float32, device=self.device)
+        self._upper = torch.tensor(embodiment.position_upper, dtype=torch.float32, device=self.device)
+        self._max_move = torch.tensor(embodiment.velocity_limit, device=self.device) / embodiment.fps
+        self._generator: torch.Generator | None = None
+        self.steps_taken = 0  # env steps (frames) imagined since reset, the same for the whole batch
+
+    # ---- episode ---------------------------------------------------------------------------------------
+    def reset(self, initial: InitialStates, seed: int = 0) -> dict:
+        """Start B episodes from `initial`; `seed` fixes every random draw of the episode."""
+        b = initial.batch_size
+        size = self.world_model.cfg.dit.image_size
+        missing = [c for c in self.cameras if c not in initial.frames]
+        if missing:
+            raise KeyError(
+                f"initial frames lack cameras {missing}: the world model draws {list(self.cameras)}, "
+                f"got {sorted(initial.frames)}"
+            )
+        views = []
+        for cam in self.cameras:
+            f = initial.frames[cam]
+            if f.dim() != 5 or f.shape[0] != b or tuple(f.shape[2:]) != (3, size, size):
+                raise ValueError(
+                    f"initial frames[{cam!r}]: expected [{b}, C, 3, {size}, {size}] (the world model's "
+                    f"image size), got {list(f.shape)}"
+                )
+            views.append(_as_float_frames(f).to(self.device))
+        frames = torch.stack(views, 2)  # [B, C, V, 3, H, W]
+        c, a_dim = frames.shape[1], self.embodiment.num_joints
+        if tuple(initial.actions.shape) != (b, c - 1, a_dim):
+            raise ValueError(
+                f"initial actions: expected [{b}, {c - 1}, {a_dim}] (between the {c} context frames), "
+                f"got {list(initial.actions.shape)}"
+            )
+        if tuple(initial.state.shape) != (b, a_dim):
+            raise ValueError(f"initial state: expected [{b}, {a_dim}], got {list(initial.state.shape)}")
+        if len(initial.task) != b:
+            raise ValueError(f"initial task: expected {b} instructions, got {len(initial.task)}")
+        # The DiT attends to `context_frames` earlier frames: older ones (and their actions) are dropped.
+        self._frames = frames[:, -self.context_frames :]
+        kept = self._frames.shape[1]
+        self._actions = initial.actions.float().to(self.device)[:, initial.actions.shape[1] - (kept - 1) :]
+        self._state = initial.state.float().to(self.device).clamp(self._lower, self._upper)
+        self._task = list(initial.task)
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.succeeded = torch.zeros(b, dtype=torch.bool, device=self.device)
+        self.progress = torch.zeros(b, device=self.device)
+        self.steps_taken = 0
+        return self._observation()
+
+    def _observation(self) -> dict:
+        last = self._frames[:, -1]
+        obs = {image_key(cam): last[:, v] for v, cam in enumerate(self.cameras)}
+        obs[STATE] = self._state.clone()
+        obs[TASK] = list(self._task)
+        return obs
+
+    def integrate_state(self, state: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Joint positions after following targets [B, K, A] one step each (servo model): [B, K, A]."""
+        out = []
+        for k in range(targets.shape[1]):
+            goal = targets[:, k].clamp(self._lower, self._upper)
+            state = (state + (goal - state).clamp(-self._max_move, self._max_move)).clamp(
+                self._lower, self._upper
+            )
+            out.append(state)
+        return torch.stack(out, 1)
+
+    @torch.no_grad()
+    def step(self, action_chunk: torch.Tensor) -> tuple[dict, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """Imagine the frames that follow `action_chunk` [B, K, A] (absolute joint targets, dataset units).
+
+        A chunk running past the horizon is cut at it. Returns (obs, reward [B], terminated [B],
+        truncated [B], info) where reward sums the reward head over the steps taken before an env
+        succeeded, terminated marks envs whose success probability crossed the threshold (now or earlier),
+        and info holds per-step `frames` (camera -> [B, K, 3, H, W]), `rewards` and `success_prob` [B, K],
+        `state` [B, K, A] and the running `progress` [B] (the reward head's last value, clipped to [0, 1]).
+        """
+        if self._generator is None:
+            raise RuntimeError("call reset() before step()")
+        b, a_dim = self._state.shape
+        if action_chunk.dim() != 3 or action_chunk.shape[0] != b or action_chunk.shape[2] != a_dim:
+            raise ValueError(f"action_chunk: expected [{b}, K, {a_dim}], got {list(action_chunk.shape)}")
+        remaining = self.config.horizon - self.steps_taken
+        if remaining <= 0:
+            raise RuntimeError(
+                f"the episode ended at the horizon ({self.config.horizon} steps); call reset()"
+            )
+        chunk = action_chunk[:, :remaining].float().to(self.device)
+        # The world model was trained on the targets the sim actually used, i.e. clipped to the limits.
+        chunk = chunk.clamp(self._lower, self._upper)
+        frames, rewards, success = self.world_model.rollout(
+            self._frames,
+            self._actions,
+            chunk,
+            steps=self.config.sampler_steps or None,
+            generator=self._generator,
+            use_cache=self.config.use_cache,
+        )
+        k = chunk.shape[1]
+        states = self.integrate_state(self._state, chunk)
+        # Per-step success with termination: steps after an env's first success earn nothing.
+        hit = success > self.config.success_threshold
+        already = self.succeeded.clone()
+        active = torch.ones(b, k, dtype=torch.bool, device=self.device)
+        if self.config.terminate_on_success:
+            first_hit = torch.cumsum(hit.int(), 1) > 0
+            # active up to and including the first successful step
+            active = ~already[:, None] & (torch.cat([first_hit.new_zeros(b, 1), first_hit[:, :-1]], 1) == 0)
+        reward = (rewards * active).sum(1)
+        self.succeeded = already | (hit & active).any(1)
+        # Progress: the reward head at each env's last active step (trained on the sim's progress in [0, 1]).
+        steps = torch.arange(1, k + 1, device=self.device)
+        last_active = (active.long() * steps).argmax(1)
+        live = rewards.gather(1, last_active[:, None])[:, 0].clamp(0, 1)
+        self.progress = torch.where(active.any(1), live, self.progress)
+        self.progress = torch.where(self.succeeded, torch.ones_like(self.progress), self.progress)
+
+        self._frames = torch.cat([self._frames, frames], 1)[:, -self.context_frames :]
+        kept = self._frames.shape[1]
+        self._actions = torch.cat([self._actions, chunk], 1)[:, self._actions.shape[1] + k - (kept - 1) :]
+        self._state = states[:, -1]
+        self.steps_taken += k
+        terminated = self.succeeded.clone()
+        truncated = torch.full((b,), self.steps_taken >= self.config.horizon, device=self.device)
+        info = {
+            "frames": {cam: frames[:, :, v] for v, cam in enumerate(self.cameras)},
+            "rewards": rewards,
+            "success_prob": success,
+            "state": states,
+            "progress": self.progress.clone(),
+            "active": active,
+        }
+        return self._observation(), reward, terminated, truncated, info
+
+    @property
+    def done(self) -> torch.Tensor:
+        """[B] episodes that ended (success with terminate_on_success, or the horizon)."""
+        over = self.steps_taken >= self.config.horizon
+        ended = self.succeeded if self.config.terminate_on_success else torch.zeros_like(self.succeeded)
+        return ended | over
