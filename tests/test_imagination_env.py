@@ -140,6 +140,7 @@ def test_bad_initial_frames_name_the_camera_and_shape():
         env.reset(starts)
 
 
+@pytest.mark.slow  # lerobot writes and opens a dataset: ~13 s on the shared 2-core machine
 def test_reset_from_dataset_episodes(tmp_path, tiny_lerobot_dataset):
     root = tiny_lerobot_dataset(tmp_path, episodes=3, length=3, image_size=(IMAGE_SIZE, IMAGE_SIZE))
     dataset = EpisodeDataset(DatasetConfig(root=str(root), cameras=["front"]))
