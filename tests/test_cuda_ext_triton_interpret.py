@@ -32,6 +32,12 @@ ATTENTION_CASES = {
     "head_dim_64_default_blocks": (1, 1, 70, 70, 64, 10, None, None, None),
     "head_dim_128_default_blocks": (1, 1, 33, 33, 128, 11, 2, None, None),
 }
+# Inference decode through the split-KV path: name -> (B, H, Lq, Lk, D, frame_len, window, num_splits)
+DECODE_CASES = {
+    "split_kv_decode_three_splits": (2, 2, 8, 40, 16, 8, None, 3),
+    "split_kv_decode_window_some_splits_empty": (1, 2, 6, 42, 16, 6, 2, 4),
+    "split_kv_decode_cache_not_multiple_of_block": (1, 1, 5, 53, 32, 5, None, 2),
+}
 # name -> (B, F, frame_len, C)
 ADALN_CASES = {
     "adaln_odd_channels": (2, 3, 4, 24),
@@ -40,7 +46,7 @@ ADALN_CASES = {
 }
 DENOISE_CASES = ("euler", "cfg_per_sample_dt", "heun_cfg_clamp", "heun_clamp_bf16_shape")
 DISPATCH_CASES = ("env_forces_triton_through_public_api",)
-ALL_CASES = [*ATTENTION_CASES, *ADALN_CASES, *DENOISE_CASES, *DISPATCH_CASES]
+ALL_CASES = [*ATTENTION_CASES, *DECODE_CASES, *ADALN_CASES, *DENOISE_CASES, *DISPATCH_CASES]
 
 
 def _max_errors(got, expected) -> list[float]:
@@ -65,6 +71,21 @@ def _attention_case(name):
     ref = block_causal_attention_reference(q, k, v, frame_len, window)
     ref_grads = torch.autograd.grad(ref, (q, k, v), grad)
     return _max_errors((out, *grads), (ref, *ref_grads))
+
+
+def _decode_case(name):
+    import torch
+
+    from cuda_ext.attention import block_causal_attention_reference
+    from cuda_ext.triton_kernels.attention import decode_split_kv
+
+    b, h, lq, lk, d, frame_len, window, num_splits = DECODE_CASES[name]
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(b, h, lq, d, generator=g)
+    # the KV cache: a slice of a longer preallocated buffer
+    k, v = (torch.randn(b, h, lk + 7, d, generator=g)[:, :, :lk] for _ in range(2))
+    out = decode_split_kv(q, k, v, frame_len, window, None, 16, 16, num_splits)
+    return _max_errors((out,), (block_causal_attention_reference(q, k, v, frame_len, window),))
 
 
 def _adaln_case(name):
@@ -138,6 +159,8 @@ def _run_all_cases() -> dict:
         runner = (
             _attention_case
             if name in ATTENTION_CASES
+            else _decode_case
+            if name in DECODE_CASES
             else _adaln_case
             if name in ADALN_CASES
             else _denoise_case

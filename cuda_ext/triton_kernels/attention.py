@@ -8,8 +8,10 @@ Algorithm (FlashAttention-2 with frame-causal block skipping):
   last query's frame, so the work is ~half of dense attention (and O(window) per query with a window).
   Inside a block, scores outside the frame rule are set to -inf. It keeps the running max m, the running
   sum l and the fp32 accumulator (online softmax in base 2), writes O = acc / l and the row log-sum-exp.
-- Decode: the same kernel with Lq < Lk; the queries are the newest frame(s) and k, v the KV cache (any
-  strided view of a preallocated cache works, nothing is copied).
+- Decode: Lq < Lk; the queries are the newest frame(s) and k, v the KV cache (any strided view of a
+  preallocated cache works, nothing is copied). With gradients it is the same kernel; for inference the
+  keys are also split across programs (flash-decoding, `decode_split_kv`) since few query blocks would
+  leave most of the GPU idle.
 - Backward: delta = rowsum(dO * O) (PyTorch), then one kernel per key block accumulating dK and dV over the
   query blocks that can see it (frames from the key's own up to key frame + window - 1), and one kernel per
   query block accumulating dQ over its visible key blocks, both recomputing P = exp(QK^T * scale - lse).
@@ -45,11 +47,14 @@ def _frame_rule(q_pos, k_idx, Lk, frame_len, window, HAS_WINDOW: tl.constexpr):
 def _attn_fwd(
     Q, K, V, OUT, LSE,
     sqb, sqh, sql, sqd, skb, skh, skl, skd, svb, svh, svl, svd, sob, soh, sol, sod,
-    H, Lq, Lk, D, frame_len, window, qk_scale_log2,
+    H, Lq, Lk, D, frame_len, window, qk_scale_log2, split_len, so_split, slse_split,
     HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
+    split = tl.program_id(2)  # split-KV decode: this program covers keys [split * split_len, + split_len)
+    OUT += split * so_split
+    LSE += split * slse_split
     b = bh // H
     h = bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -75,6 +80,8 @@ def _attn_fwd(
     if HAS_WINDOW:
         lo = tl.maximum(first_pos // frame_len - window + 1, 0) * frame_len
         lo = (lo // BLOCK_N) * BLOCK_N
+    lo = tl.maximum(lo, split * split_len)  # split_len is a multiple of BLOCK_N
+    hi = tl.minimum(hi, split * split_len + split_len)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k_ok = offs_n < Lk
@@ -251,10 +258,10 @@ class _BlockCausalAttention(torch.autograd.Function):
         sm_scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
         out = torch.empty_like(q)
         lse = torch.empty(batch * heads, lq, device=q.device, dtype=torch.float32)
-        grid = (triton.cdiv(lq, bm), batch * heads)
+        grid = (triton.cdiv(lq, bm), batch * heads, 1)
         _attn_fwd[grid](
             q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
-            heads, lq, lk, head_dim, frame_len, window or 0, sm_scale * _LOG2E,
+            heads, lq, lk, head_dim, frame_len, window or 0, sm_scale * _LOG2E, triton.cdiv(lk, bn) * bn, 0, 0,
             HAS_WINDOW=window is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse)
@@ -283,6 +290,39 @@ class _BlockCausalAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None
 
 
+def _decode_num_splits(programs: int, key_blocks: int) -> int:
+    """Enough programs to fill a large GPU (~256), but at least 4 key blocks of work per split."""
+    return max(1, min(256 // max(programs, 1), key_blocks // 4))
+
+
+def decode_split_kv(q, k, v, frame_len, window, scale, block_m=None, block_n=None, num_splits=None):
+    """Inference-only decode (flash-decoding): split the KV cache across programs, then merge.
+
+    A new frame's queries are few (one frame: one or a handful of query blocks), so the plain forward would
+    run only B * heads programs over the whole cache. Here each of `num_splits` programs per query block
+    covers one slice of the keys and writes its normalised partial output and log-sum-exp (fp32); the
+    merge weights each slice by 2^(lse_slice - lse_total).
+    """
+    batch, heads, lq, head_dim = q.shape
+    lk = k.shape[2]
+    bm, bn, bd = _block_sizes(head_dim, block_m, block_n)
+    sm_scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
+    programs = triton.cdiv(lq, bm) * batch * heads
+    splits = num_splits or _decode_num_splits(programs, triton.cdiv(lk, bn))
+    split_len = triton.cdiv(triton.cdiv(lk, splits), bn) * bn
+    splits = triton.cdiv(lk, split_len)
+    partial = torch.empty(splits, batch, heads, lq, head_dim, device=q.device, dtype=torch.float32)
+    lse = torch.empty(splits, batch * heads, lq, device=q.device, dtype=torch.float32)
+    _attn_fwd[(triton.cdiv(lq, bm), batch * heads, splits)](
+        q, k, v, partial, lse, *_strides(q), *_strides(k), *_strides(v), *partial.stride()[1:],
+        heads, lq, lk, head_dim, frame_len, window or 0, sm_scale * _LOG2E, split_len,
+        partial.stride(0), lse.stride(0),
+        HAS_WINDOW=window is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
+    )  # fmt: skip
+    weights = torch.softmax(lse * math.log(2.0), dim=0).view(splits, batch, heads, lq, 1)
+    return (weights * partial).sum(0).to(q.dtype)
+
+
 def triton_block_causal_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -293,5 +333,11 @@ def triton_block_causal_attention(
     block_m: int | None = None,
     block_n: int | None = None,
 ) -> torch.Tensor:
-    """Frame-causal flash attention (see the module docstring). `block_m`/`block_n` override tile sizes."""
+    """Frame-causal flash attention (see the module docstring). `block_m`/`block_n` override tile sizes.
+
+    Decoding without gradients (q shorter than k, no input needing grad) takes the split-KV path.
+    """
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if q.shape[2] < k.shape[2] and not needs_grad:
+        return decode_split_kv(q, k, v, frame_len, window, scale, block_m, block_n)
     return _BlockCausalAttention.apply(q, k, v, frame_len, window, scale, block_m, block_n)
