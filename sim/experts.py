@@ -37,7 +37,7 @@ class ExpertConfig:
     noise_correlation: float = 0.8  # AR(1) coefficient per step
     max_hesitation: float = 0.15  # per-step probability of starting a pause at skill 0
     pause_steps: tuple[int, int] = (2, 6)  # a pause lasts this many steps (inclusive range)
-    max_wrong_target: float = 0.8  # probability of going for a wrong target at skill 0
+    max_wrong_target: float = 0.9  # probability of going for a wrong target at skill 0
     transit_speed: float = 0.3  # m/s of the tip when moving freely
     push_speed: float = 0.12  # m/s of the tip while pushing
 
