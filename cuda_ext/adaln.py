@@ -5,6 +5,10 @@ and conditioning vectors [B, F, C] broadcast over the frame's tokens:
 
     h = adaln_modulate(x, shift, scale, frame_len)        # LayerNorm(x) * (1 + scale) + shift
     x = gated_residual(x, attn(h), gate, frame_len)       # x + gate * attn(h)
+
+and, between two sub-blocks, the residual update and the next modulation fused in one pass:
+
+    x, h = gated_residual_adaln(x, attn(h), gate_attn, shift_mlp, scale_mlp, frame_len)
 """
 
 from __future__ import annotations
@@ -34,6 +38,19 @@ def gated_residual_reference(
     residual: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, frame_len: int
 ) -> torch.Tensor:
     return residual + _per_token(gate, frame_len) * y
+
+
+def gated_residual_adaln_reference(
+    residual: torch.Tensor,
+    y: torch.Tensor,
+    gate: torch.Tensor,
+    shift: torch.Tensor,
+    scale: torch.Tensor,
+    frame_len: int,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    x = gated_residual_reference(residual, y, gate, frame_len)
+    return x, adaln_modulate_reference(x, shift, scale, frame_len, eps)
 
 
 def _check_frames(op: str, x: torch.Tensor, frame_len: int, **conds: torch.Tensor) -> None:
@@ -89,3 +106,32 @@ def gated_residual(
     from cuda_ext.triton_kernels.adaln import triton_gated_residual
 
     return triton_gated_residual(residual, y, gate, frame_len)
+
+
+def gated_residual_adaln(
+    residual: torch.Tensor,
+    y: torch.Tensor,
+    gate: torch.Tensor,
+    shift: torch.Tensor,
+    scale: torch.Tensor,
+    frame_len: int,
+    eps: float = 1e-6,
+    backend: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, h) with x = residual + gate * y and h = LayerNorm(x) * (1 + scale) + shift, per frame.
+
+    The same as `gated_residual` followed by `adaln_modulate`, in one pass on the kernel path.
+    """
+    _check_frames("gated_residual_adaln", residual, frame_len, gate=gate, shift=shift, scale=scale)
+    if y.shape != residual.shape:
+        raise ValueError(
+            f"gated_residual_adaln: y {tuple(y.shape)} must match residual {tuple(residual.shape)}"
+        )
+    path = resolve_backend(
+        "gated_residual_adaln", backend, residual.device, unsupported=_unsupported(residual)
+    )
+    if path == "reference":
+        return gated_residual_adaln_reference(residual, y, gate, shift, scale, frame_len, eps)
+    from cuda_ext.triton_kernels.adaln import triton_gated_residual_adaln
+
+    return triton_gated_residual_adaln(residual, y, gate, shift, scale, frame_len, eps)

@@ -75,6 +75,9 @@ def test_adaln_modulate_and_gated_residual():
     torch.testing.assert_close(out, normed * (1 + per_token(scale)) + per_token(shift))
     y = torch.randn_like(x)
     torch.testing.assert_close(cuda_ext.gated_residual(x, y, gate, frame_len=2), x + per_token(gate) * y)
+    new_x, h = cuda_ext.gated_residual_adaln(x, y, gate, shift, scale, frame_len=2)
+    torch.testing.assert_close(new_x, x + per_token(gate) * y)
+    torch.testing.assert_close(h, cuda_ext.adaln_modulate(new_x, shift, scale, frame_len=2))
     with pytest.raises(ValueError, match="multiple of frame_len"):
         cuda_ext.adaln_modulate(x, shift, scale, frame_len=4)
     with pytest.raises(ValueError, match=r"scale must be \[B, F, C\]"):

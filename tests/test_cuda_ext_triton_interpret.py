@@ -91,8 +91,16 @@ def _decode_case(name):
 def _adaln_case(name):
     import torch
 
-    from cuda_ext.adaln import adaln_modulate_reference, gated_residual_reference
-    from cuda_ext.triton_kernels.adaln import triton_adaln_modulate, triton_gated_residual
+    from cuda_ext.adaln import (
+        adaln_modulate_reference,
+        gated_residual_adaln_reference,
+        gated_residual_reference,
+    )
+    from cuda_ext.triton_kernels.adaln import (
+        triton_adaln_modulate,
+        triton_gated_residual,
+        triton_gated_residual_adaln,
+    )
 
     b, f, frame_len, c = ADALN_CASES[name]
     g = torch.Generator().manual_seed(1)
@@ -109,6 +117,19 @@ def _adaln_case(name):
         errors += _max_errors(
             (out, *torch.autograd.grad(out, inputs, grad)), (ref, *torch.autograd.grad(ref, inputs, grad))
         )
+    # fused: gradients arrive at both outputs (the residual stream and the modulated activations)
+    inputs = (x, y, gate, shift, scale)
+    grad_x = torch.randn(x.shape, generator=g)
+    outs = triton_gated_residual_adaln(*inputs, frame_len)
+    refs = gated_residual_adaln_reference(*inputs, frame_len)
+    errors += _max_errors(
+        (*outs, *torch.autograd.grad(outs, inputs, (grad_x, grad))),
+        (*refs, *torch.autograd.grad(refs, inputs, (grad_x, grad))),
+    )
+    # fused, only the modulated output used downstream (no gradient at the residual stream)
+    out_h = triton_gated_residual_adaln(*inputs, frame_len)[1]
+    ref_h = gated_residual_adaln_reference(*inputs, frame_len)[1]
+    errors += _max_errors(torch.autograd.grad(out_h, inputs, grad), torch.autograd.grad(ref_h, inputs, grad))
     return errors
 
 

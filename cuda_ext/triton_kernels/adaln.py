@@ -1,15 +1,19 @@
-"""Fused frame-level AdaLN and gated residual in Triton.
+"""Fused frame-level AdaLN (+ gated residual) in Triton.
 
-adaln_modulate, forward: one program per token row. It loads the row once, computes mean and variance in
-fp32, normalises, and applies its frame's (1 + scale) and shift (row r of batch b is token t = r % L, frame
-t // frame_len), writing the output and the row's mean and 1/std for the backward. Eager PyTorch makes
-~5 passes over [B, L, C] (layer_norm, expand, multiply, add) and materialises the broadcast scale/shift.
+Row r of x [B, L, C] is token t = r % L of batch b = r // L, in frame t // frame_len; its conditioning
+row is b * F + frame in the [B, F, C] shift/scale/gate tensors.
 
-adaln_modulate, backward: one program per (batch, frame) walks the frame's rows, so the per-frame
-reductions dshift = sum(dy) and dscale = sum(dy * xhat) stay in registers (no atomics, deterministic), and
-for each row dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * (1 + scale).
+Forward, one program per token row: optionally first x = residual + gate * y (stored: it is the block's
+new residual stream), then mean and variance in fp32, normalise, apply the frame's (1 + scale) and shift,
+store the output and the row's mean and 1/std for the backward. Eager PyTorch makes ~5-7 passes over
+[B, L, C] (add, multiply, layer_norm, expand, multiply, add) with a temporary each.
 
-gated_residual: forward out = residual + gate * y in one pass per row; its backward is three cheap
+Backward, one program per (batch, frame) walking the frame's rows, so the per-frame reductions
+dshift = sum(dh), dscale = sum(dh * xhat) (and dgate = sum(dx * y)) stay in registers: no atomics,
+deterministic. Per row dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dh * (1 + scale), plus
+the gradient arriving at the stored residual stream; then d residual = dx and dy = gate * dx.
+
+gated_residual alone (out = residual + gate * y) is one elementwise pass; its backward is three cheap
 PyTorch ops (d residual = dout, dy = gate * dout, dgate = per-frame sum of dout * y).
 """
 
@@ -24,29 +28,36 @@ from cuda_ext.adaln import MAX_KERNEL_CHANNELS
 
 @triton.jit
 def _adaln_fwd(
-    X, SHIFT, SCALE, Y, MEAN, RSTD, L, C, frame_len, eps,
-    BLOCK_C: tl.constexpr,
+    X, Y, GATE, X_OUT, SHIFT, SCALE, H, MEAN, RSTD, L, C, frame_len, eps,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     cond_row = (row // L) * (L // frame_len) + (row % L) // frame_len
     cols = tl.arange(0, BLOCK_C)
     ok = cols < C
     x = tl.load(X + row * C + cols, mask=ok, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        gate = tl.load(GATE + cond_row * C + cols, mask=ok, other=0.0).to(tl.float32)
+        x_new = (x + gate * tl.load(Y + row * C + cols, mask=ok, other=0.0).to(tl.float32)).to(
+            X_OUT.dtype.element_ty
+        )
+        tl.store(X_OUT + row * C + cols, x_new, mask=ok)
+        x = x_new.to(tl.float32)  # normalise the stored (rounded) stream, as the unfused ops do
     mean = tl.sum(x, 0) / C
     centred = tl.where(ok, x - mean, 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, 0) / C + eps)
     scale = tl.load(SCALE + cond_row * C + cols, mask=ok, other=0.0).to(tl.float32)
     shift = tl.load(SHIFT + cond_row * C + cols, mask=ok, other=0.0).to(tl.float32)
-    y = centred * rstd * (1.0 + scale) + shift
-    tl.store(Y + row * C + cols, y.to(Y.dtype.element_ty), mask=ok)
+    h = centred * rstd * (1.0 + scale) + shift
+    tl.store(H + row * C + cols, h.to(H.dtype.element_ty), mask=ok)
     tl.store(MEAN + row, mean)
     tl.store(RSTD + row, rstd)
 
 
 @triton.jit
 def _adaln_bwd(
-    X, SCALE, DY, MEAN, RSTD, DX, DSHIFT, DSCALE, C, frame_len,
-    BLOCK_C: tl.constexpr,
+    X, SCALE, DH, MEAN, RSTD, DX, DSHIFT, DSCALE, DX_OUT, Y, GATE, DY, DGATE, C, frame_len,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     frame = tl.program_id(0)  # flat index over (batch, frame): rows frame*frame_len ... + frame_len - 1
     cols = tl.arange(0, BLOCK_C)
@@ -54,19 +65,28 @@ def _adaln_bwd(
     one_plus_scale = 1.0 + tl.load(SCALE + frame * C + cols, mask=ok, other=0.0).to(tl.float32)
     dshift = tl.zeros([BLOCK_C], dtype=tl.float32)
     dscale = tl.zeros([BLOCK_C], dtype=tl.float32)
+    dgate = tl.zeros([BLOCK_C], dtype=tl.float32)
+    if HAS_RESIDUAL:
+        gate = tl.load(GATE + frame * C + cols, mask=ok, other=0.0).to(tl.float32)
     for i in range(0, frame_len):
         row = frame * frame_len + i
         x = tl.load(X + row * C + cols, mask=ok, other=0.0).to(tl.float32)
-        dy = tl.load(DY + row * C + cols, mask=ok, other=0.0).to(tl.float32)
+        dh = tl.load(DH + row * C + cols, mask=ok, other=0.0).to(tl.float32)
         rstd = tl.load(RSTD + row)
         xhat = tl.where(ok, (x - tl.load(MEAN + row)) * rstd, 0.0)
-        dshift += dy
-        dscale += dy * xhat
-        g = dy * one_plus_scale
+        dshift += dh
+        dscale += dh * xhat
+        g = dh * one_plus_scale
         dx = rstd * (g - tl.sum(g, 0) / C - xhat * (tl.sum(g * xhat, 0) / C))
+        if HAS_RESIDUAL:
+            dx += tl.load(DX_OUT + row * C + cols, mask=ok, other=0.0).to(tl.float32)
+            dgate += dx * tl.load(Y + row * C + cols, mask=ok, other=0.0).to(tl.float32)
+            tl.store(DY + row * C + cols, (gate * dx).to(DY.dtype.element_ty), mask=ok)
         tl.store(DX + row * C + cols, dx.to(DX.dtype.element_ty), mask=ok)
     tl.store(DSHIFT + frame * C + cols, dshift.to(DSHIFT.dtype.element_ty), mask=ok)
     tl.store(DSCALE + frame * C + cols, dscale.to(DSCALE.dtype.element_ty), mask=ok)
+    if HAS_RESIDUAL:
+        tl.store(DGATE + frame * C + cols, dgate.to(DGATE.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -89,33 +109,50 @@ def _block_c(channels: int) -> int:
     return triton.next_power_of_2(channels)
 
 
-class _AdaLNModulate(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, shift, scale, frame_len, eps):
-        x, shift, scale = x.contiguous(), shift.contiguous(), scale.contiguous()
-        batch, length, channels = x.shape
-        rows = batch * length
-        y = torch.empty_like(x)
-        mean = torch.empty(rows, device=x.device, dtype=torch.float32)
-        rstd = torch.empty_like(mean)
-        block = _block_c(channels)
-        _adaln_fwd[(rows,)](x, shift, scale, y, mean, rstd, length, channels, frame_len, eps, BLOCK_C=block)
-        ctx.save_for_backward(x, scale, mean, rstd)
-        ctx.frame_len = frame_len
-        return y
+class _AdaLN(torch.autograd.Function):
+    """h = modulate(LayerNorm(x)); with residual/y/gate, x = residual + gate * y is computed and returned too."""
 
     @staticmethod
-    def backward(ctx, dy):
-        x, scale, mean, rstd = ctx.saved_tensors
-        dy = dy.contiguous()
+    def forward(ctx, x, shift, scale, frame_len, eps, y=None, gate=None):
+        has_residual = y is not None
+        x, shift, scale = x.contiguous(), shift.contiguous(), scale.contiguous()
+        y = y.contiguous() if has_residual else x
+        gate = gate.contiguous() if has_residual else scale
+        batch, length, channels = x.shape
+        rows = batch * length
+        x_out = torch.empty_like(x) if has_residual else x
+        h = torch.empty_like(x)
+        mean = torch.empty(rows, device=x.device, dtype=torch.float32)
+        rstd = torch.empty_like(mean)
+        _adaln_fwd[(rows,)](
+            x, y, gate, x_out, shift, scale, h, mean, rstd, length, channels, frame_len, eps,
+            HAS_RESIDUAL=has_residual, BLOCK_C=_block_c(channels),
+        )  # fmt: skip
+        ctx.save_for_backward(x_out, scale, mean, rstd, y, gate)
+        ctx.frame_len, ctx.has_residual = frame_len, has_residual
+        return (x_out, h) if has_residual else h
+
+    @staticmethod
+    def backward(ctx, *grads):
+        x, scale, mean, rstd, y, gate = ctx.saved_tensors
+        if ctx.has_residual:
+            dx_out, dh = grads
+            dx_out = torch.zeros_like(x) if dx_out is None else dx_out.contiguous()
+        else:
+            (dh,), dx_out = grads, x  # dx_out is not read without a residual
+        dh = torch.zeros_like(x) if dh is None else dh.contiguous()
         dx = torch.empty_like(x)
         dshift, dscale = torch.empty_like(scale), torch.empty_like(scale)
+        dy = torch.empty_like(x) if ctx.has_residual else dx
+        dgate = torch.empty_like(scale) if ctx.has_residual else dshift
         frames = scale.shape[0] * scale.shape[1]
         _adaln_bwd[(frames,)](
-            x, scale, dy, mean, rstd, dx, dshift, dscale, x.shape[2], ctx.frame_len,
-            BLOCK_C=_block_c(x.shape[2]),
+            x, scale, dh, mean, rstd, dx, dshift, dscale, dx_out, y, gate, dy, dgate, x.shape[2], ctx.frame_len,
+            HAS_RESIDUAL=ctx.has_residual, BLOCK_C=_block_c(x.shape[2]),
         )  # fmt: skip
-        return dx, dshift, dscale, None, None
+        if ctx.has_residual:
+            return dx, dshift, dscale, None, None, dy, dgate
+        return dx, dshift, dscale, None, None, None, None
 
 
 class _GatedResidual(torch.autograd.Function):
@@ -143,7 +180,12 @@ class _GatedResidual(torch.autograd.Function):
 
 def triton_adaln_modulate(x, shift, scale, frame_len: int, eps: float = 1e-6) -> torch.Tensor:
     """LayerNorm(x) * (1 + scale) + shift per frame, fused (see the module docstring)."""
-    return _AdaLNModulate.apply(x, shift, scale, frame_len, eps)
+    return _AdaLN.apply(x, shift, scale, frame_len, eps)
+
+
+def triton_gated_residual_adaln(residual, y, gate, shift, scale, frame_len: int, eps: float = 1e-6):
+    """(x, h): x = residual + gate * y and h = LayerNorm(x) * (1 + scale) + shift, in one pass."""
+    return _AdaLN.apply(residual, shift, scale, frame_len, eps, y, gate)
 
 
 def triton_gated_residual(residual, y, gate, frame_len: int) -> torch.Tensor:
