@@ -40,9 +40,7 @@ class DatasetConfig:
     image_size: list[int] = field(default_factory=list)  # [H, W] every chosen camera must have; [] -> any
     state_dim: int = 0  # required size of observation.state; 0 -> any
     action_dim: int = 0  # required size of action; 0 -> any
-    require_rewards: bool = (
-        False  # if False, missing next.reward/success/done are filled (see EpisodeDataset)
-    )
+    require_rewards: bool = False  # False: missing next.reward/success/done are filled (see FrameTable)
     held_out_fraction: float = 0.1  # share of episodes kept out of training (see split_episodes)
     split_seed: int = 0
     video_backend: str = ""  # "" -> lerobot's default (torchcodec when installed, else pyav)
