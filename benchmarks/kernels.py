@@ -7,7 +7,7 @@ On a CUDA machine, for world-model shapes (frames x tokens/frame: 8x64, 16x256, 
 - block-causal attention: our Triton kernel vs SDPA with a dense boolean mask, FlexAttention (compiled)
   with a block mask, and xformers' memory-efficient attention with the mask as an additive bias (when
   xformers is installed);
-- AdaLN modulation and the denoise step: our kernels (Triton, and CUDA C++ for the denoise step when it
+- AdaLN modulation (alone, and fused with the gated residual) and the denoise step: our kernels (Triton, and CUDA C++ for the denoise step when it
   builds) vs eager PyTorch and torch.compile of the same reference.
 On a CPU-only machine it says so, times only the PyTorch reference paths at the smallest shapes (labelled
 device=cpu; these are not kernel timings), and exits 0. Results: benchmarks/results/kernels.json.
@@ -24,7 +24,7 @@ import torch
 from _common import print_table, write_result
 
 from common.config import parse_cli
-from cuda_ext.adaln import adaln_modulate_reference
+from cuda_ext.adaln import adaln_modulate_reference, gated_residual_adaln_reference
 from cuda_ext.attention import block_causal_attention_reference, frame_causal_mask
 from cuda_ext.denoise import denoise_step_reference
 
@@ -150,20 +150,26 @@ def bench_elementwise(cfg, device, dtype, adaln_shapes, latent_shapes) -> list[d
     """AdaLN modulation and the denoise step: eager reference, torch.compile of it, our kernels (GPU)."""
     rows = []
     for batch, frames, tokens, channels in adaln_shapes:
-        x = torch.randn(batch, frames * tokens, channels, device=device, dtype=dtype)
-        shift, scale = (torch.randn(batch, frames, channels, device=device, dtype=dtype) for _ in range(2))
-        methods = {"eager": adaln_modulate_reference}
-        if device.type == "cuda":
-            from cuda_ext.triton_kernels.adaln import triton_adaln_modulate
+        x, y = (torch.randn(batch, frames * tokens, channels, device=device, dtype=dtype) for _ in range(2))
+        gate, shift, scale = (
+            torch.randn(batch, frames, channels, device=device, dtype=dtype) for _ in range(3)
+        )
+        shape = f"{tuple(x.shape)} F{frames}"
+        ops = {
+            "adaln_modulate": (adaln_modulate_reference, (x, shift, scale, tokens)),
+            "gated_residual_adaln": (gated_residual_adaln_reference, (x, y, gate, shift, scale, tokens)),
+        }
+        for op, (reference, args) in ops.items():
+            methods = {"eager": reference}
+            if device.type == "cuda":
+                from cuda_ext.triton_kernels import adaln as triton_adaln
 
-            methods["torch_compile"] = torch.compile(adaln_modulate_reference)
-            methods["triton"] = triton_adaln_modulate
-        for name, fn in methods.items():
-            with torch.no_grad():
-                result = measure(partial(fn, x, shift, scale, tokens), device, cfg)
-            rows.append(
-                _elementwise_row("adaln_modulate", device, f"{tuple(x.shape)} F{frames}", name, result)
-            )
+                methods["torch_compile"] = torch.compile(reference)
+                methods["triton"] = getattr(triton_adaln, f"triton_{op}")
+            for name, fn in methods.items():
+                with torch.no_grad():
+                    result = measure(partial(fn, *args), device, cfg)
+                rows.append(_elementwise_row(op, device, shape, name, result))
     for shape in latent_shapes:
         x, v_cond, v_uncond = (torch.randn(shape, device=device, dtype=dtype) for _ in range(3))
         dt = torch.full((shape[0],), -0.25, device=device)
