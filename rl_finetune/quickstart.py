@@ -1,0 +1,291 @@
+"""The quickstart loop: every stage of worldloop, one after the other, on the tiny configs.
+
+record expert demos -> train the world model -> (post-train it) -> train the VLA by BC -> evaluate in sim
+and in imagination -> RL fine-tune in imagination -> evaluate again in sim -> (deploy on the sim robot)
+
+Each stage runs the root script a user would run (so the loop exercises the real CLIs), skips itself when
+its output already exists (and says so), and ends with a line of what it produced. A stage whose script is
+not in this checkout is reported as "not available" rather than faked. The run ends with
+`<run_dir>/report.html`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.checkpoint import save_json
+from rl_finetune.report import Media, StageRecord, write_report
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class QuickstartConfig:
+    run: str = "tiny"  # outputs/<run>/
+    output_root: str = "outputs"
+    task: str = "reach"  # reach | push
+    demo_episodes: int = 200  # expert demos for the world model and the policy
+    demo_skill_range: list[float] = field(default_factory=lambda: [0.3, 1.0])
+    world_model_steps: int = 1500
+    posttrain_steps: int = 100
+    policy_steps: int = 1500
+    eval_episodes: int = 50
+    finetune_iterations: int = 20
+    deploy_seconds: float = 10.0
+    fast: bool = False  # a first look in <= 10 minutes: fewer demos, steps and episodes
+    force: bool = False  # re-run stages whose outputs exist
+
+    def apply_fast(self) -> None:
+        if self.fast:
+            self.demo_episodes = min(self.demo_episodes, 40)
+            self.world_model_steps = min(self.world_model_steps, 150)
+            self.posttrain_steps = min(self.posttrain_steps, 10)
+            self.policy_steps = min(self.policy_steps, 300)
+            self.eval_episodes = min(self.eval_episodes, 10)
+            self.finetune_iterations = min(self.finetune_iterations, 2)
+            self.deploy_seconds = min(self.deploy_seconds, 3.0)
+
+
+@dataclass
+class Stage:
+    name: str
+    script: str  # root script
+    args: list[str]
+    done_marker: Path  # exists once the stage has produced its output
+    produced: Path
+    metrics: Callable[[], dict] = dict
+    launcher: list[str] = field(default_factory=lambda: [sys.executable])
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _pick(d: dict, *keys: str) -> dict:
+    return {k: d[k] for k in keys if k in d}
+
+
+def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
+    data = run_dir / "data" / f"{cfg.task}_demos"
+    wm = run_dir / "world_model"
+    wm_post = run_dir / "world_model_posttrained"
+    pol = run_dir / "policy"
+    ft = run_dir / "policy_finetuned"
+    eval_bc = run_dir / "eval" / "bc_sim"
+    eval_bc_imag = run_dir / "eval" / "bc_imagination"
+    eval_ft = run_dir / "eval" / "finetuned_sim"
+    wm_ckpt = (
+        wm_post / "pretrained_model"
+        if (REPO / "posttrain_world_model.py").is_file()
+        else wm / "pretrained_model"
+    )
+    sim_eval = ["--backend=sim", f"--episodes={cfg.eval_episodes}", f"--sim.task={cfg.task}"]
+    return [
+        Stage(
+            "record demos",
+            "record_demos.py",
+            [
+                "--config=configs/record/tiny.yaml",
+                f"--root={data}",
+                f"--repo_id=worldloop/{cfg.run}_{cfg.task}",
+                f"--task={cfg.task}",
+                f"--episodes={cfg.demo_episodes}",
+                f"--skill_range={json.dumps(cfg.demo_skill_range)}",
+                "--overwrite=true",
+            ],
+            data / "meta" / "info.json",
+            data,
+            lambda: _pick(_read_json(data / "meta" / "info.json"), "total_episodes", "total_frames", "fps"),
+        ),
+        Stage(
+            "train world model",
+            "train_world_model.py",
+            [
+                "--config=configs/world_model/tiny.yaml",
+                f"--dataset.root={data}",
+                f"--output_dir={wm}",
+                f"--train.steps={cfg.world_model_steps}",
+            ],
+            wm / "pretrained_model" / "model.safetensors",
+            wm / "pretrained_model",
+            lambda: _latest_eval(wm),
+        ),
+        Stage(
+            "post-train world model",
+            "posttrain_world_model.py",
+            [
+                "--config=configs/posttrain/tiny.yaml",
+                f"--world_model.path={wm / 'pretrained_model'}",
+                f"--dataset.root={data}",
+                f"--output_dir={wm_post}",
+                f"--train.steps={cfg.posttrain_steps}",
+            ],
+            wm_post / "pretrained_model" / "model.safetensors",
+            wm_post / "pretrained_model",
+        ),
+        Stage(
+            "train policy (BC)",
+            "train_policy.py",
+            [
+                "--config=configs/policy/tiny.yaml",
+                f"--dataset.root={data}",
+                f"--output_dir={pol}",
+                f"--train.steps={cfg.policy_steps}",
+                f"--eval.env.task={cfg.task}",
+            ],
+            pol / "pretrained_model" / "model.safetensors",
+            pol / "pretrained_model",
+        ),
+        Stage(
+            "evaluate BC policy in sim",
+            "evaluate_policy.py",
+            [*sim_eval, f"--policy.path={pol / 'pretrained_model'}", f"--output_dir={eval_bc}"],
+            eval_bc / "summary.json",
+            eval_bc,
+            lambda: _eval_metrics(eval_bc),
+        ),
+        Stage(
+            "evaluate BC policy in imagination",
+            "evaluate_policy.py",
+            [
+                "--backend=imagination",
+                f"--episodes={cfg.eval_episodes}",
+                f"--policy.path={pol / 'pretrained_model'}",
+                f"--world_model.path={wm_ckpt}",
+                f"--output_dir={eval_bc_imag}",
+            ],
+            eval_bc_imag / "summary.json",
+            eval_bc_imag,
+            lambda: _eval_metrics(eval_bc_imag),
+        ),
+        Stage(
+            "RL fine-tune policy in imagination",
+            "finetune_policy.py",
+            [
+                "--config=configs/finetune/tiny.yaml",
+                f"--policy.path={pol / 'pretrained_model'}",
+                f"--world_model.path={wm_ckpt}",
+                f"--dataset.root={data}",
+                f"--output_dir={ft}",
+                f"--iterations={cfg.finetune_iterations}",
+            ],
+            ft / "pretrained_model" / "model.safetensors",
+            ft / "pretrained_model",
+        ),
+        Stage(
+            "evaluate fine-tuned policy in sim",
+            "evaluate_policy.py",
+            [*sim_eval, f"--policy.path={ft / 'pretrained_model'}", f"--output_dir={eval_ft}"],
+            eval_ft / "summary.json",
+            eval_ft,
+            lambda: _eval_metrics(eval_ft),
+        ),
+        Stage(
+            "deploy on the sim robot",
+            "deploy.py",
+            [
+                "--robot.type=sim",
+                f"--policy.path={(ft if ft.exists() else pol) / 'pretrained_model'}",
+                f"--episode_time_s={cfg.deploy_seconds}",
+                f"--output_dir={run_dir / 'deploy'}",
+            ],
+            run_dir / "deploy" / "summary.json",
+            run_dir / "deploy",
+            lambda: _read_json(run_dir / "deploy" / "summary.json"),
+        ),
+    ]
+
+
+def _eval_metrics(directory: Path) -> dict:
+    s = _read_json(directory / "summary.json")
+    out = _pick(s, "success_rate", "mean_progress", "episodes")
+    if "success_ci95" in s:
+        out["success_ci95"] = "{:.2f}-{:.2f}".format(*s["success_ci95"])
+    return out
+
+
+def _latest_eval(train_dir: Path) -> dict:
+    evals = sorted((train_dir / "eval").glob("*/metrics.json"))
+    return _read_json(evals[-1]) if evals else {}
+
+
+def run_stage(stage: Stage, force: bool, log_dir: Path) -> StageRecord:
+    script = REPO / stage.script
+    if not script.is_file() or script.stat().st_size == 0:
+        print(f"[{stage.name}] not available in this checkout ({stage.script} is missing)", flush=True)
+        return StageRecord(stage.name, "not available", 0.0)
+    if stage.done_marker.exists() and not force:
+        print(f"[{stage.name}] skipped: {stage.produced} already exists (--force=true to redo)", flush=True)
+        return StageRecord(stage.name, "skipped", 0.0, str(stage.produced), stage.metrics())
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / (stage.name.replace(" ", "_").replace("(", "").replace(")", "") + ".log")
+    cmd = [*stage.launcher, str(script), *stage.args]
+    print(f"[{stage.name}] {' '.join(cmd[1:])}", flush=True)
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        # The child's own progress bars go to the terminal; everything is also kept in the log.
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            f.write(line)
+        rc = proc.wait()
+    seconds = time.perf_counter() - t0
+    if rc != 0:
+        print(f"[{stage.name}] FAILED (exit {rc}) after {seconds:.0f}s; log: {log}", flush=True)
+        return StageRecord(stage.name, "failed", seconds, str(log))
+    print(f"[{stage.name}] done in {seconds:.0f}s: produced {stage.produced}", flush=True)
+    return StageRecord(stage.name, "ran", seconds, str(stage.produced), stage.metrics())
+
+
+def collect_media(run_dir: Path) -> tuple[list[Media], list[Media]]:
+    """Figures and videos the stages wrote: PNG plots and GIF side-by-side videos."""
+    figures = [
+        Media(p.stem.replace("_", " "), p, str(p.parent.relative_to(run_dir)))
+        for p in sorted(run_dir.rglob("*.png"))
+    ]
+    videos = [
+        Media(p.stem.replace("_", " "), p, str(p.parent.relative_to(run_dir)))
+        for p in sorted(run_dir.rglob("*.gif"))
+    ]
+    return figures[:24], videos[:12]
+
+
+def run_quickstart(cfg: QuickstartConfig) -> Path:
+    cfg.apply_fast()
+    run_dir = Path(cfg.output_root) / cfg.run
+    if not run_dir.is_absolute():
+        run_dir = REPO / run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env_defaults = {"MUJOCO_GL": "egl", "HF_HUB_OFFLINE": "1"}
+    for k, v in env_defaults.items():
+        os.environ.setdefault(k, v)
+    t0 = time.perf_counter()
+    records = []
+    for stage in stages_for(cfg, run_dir):
+        record = run_stage(stage, cfg.force, run_dir / "logs")
+        records.append(record)
+        if record.status == "failed":
+            break
+    total = time.perf_counter() - t0
+    save_json([vars(r) for r in records], run_dir / "stages.json")
+    figures, videos = collect_media(run_dir)
+    report = write_report(
+        run_dir / "report.html",
+        f"worldloop quickstart: {cfg.run} ({'fast' if cfg.fast else 'full'}), {total / 60:.1f} min",
+        records,
+        figures,
+        videos,
+        {"config": vars(cfg)},
+    )
+    print(f"quickstart finished in {total / 60:.1f} min; report: {report}")
+    if any(r.status == "failed" for r in records):
+        raise SystemExit(1)
+    return report
