@@ -62,7 +62,9 @@ class FidelityRewardConfig:
     psnr_weight: float = 0.5
     psnr_floor: float = 10.0  # dB mapped to 0
     psnr_ceiling: float = 40.0  # dB mapped to 1 (identical frames have infinite PSNR, also 1)
-    ssim_window: int = 11  # Gaussian window of SSIM (odd; frames must be at least this large)
+    ssim_window: int = (
+        7  # Gaussian window of SSIM (odd; frames must be at least this large), as world_model/metrics
+    )
 
     def validate(self) -> None:
         if self.ssim_weight < 0 or self.psnr_weight < 0 or self.ssim_weight + self.psnr_weight <= 0:

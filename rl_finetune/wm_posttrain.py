@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from common.checkpoint import load_json
 from common.config import ConfigError, save_config
 from common.training import TrainLoopConfig, last_checkpoint, run_training
 from data.dataset import DatasetConfig, EpisodeDataset
@@ -67,6 +68,20 @@ class RolloutGroupConfig:
 
 
 @dataclass
+class PosttrainLoopConfig(TrainLoopConfig):
+    """The shared loop's settings with post-training defaults: every step costs G rollouts per start state,
+    so steps and batches are few, and the learning rate is small (the model is already trained)."""
+
+    steps: int = 200
+    batch_size: int = 2
+    lr: float = 1e-5
+    warmup_steps: int = 10
+    ema_decay: float = 0.99
+    checkpoint_every: int = 50
+    log_every: int = 5
+
+
+@dataclass
 class PosttrainConfig:
     base_model: str = ""  # a world-model pretrained_model/ directory
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
@@ -79,17 +94,7 @@ class PosttrainConfig:
     nft: NFTConfig = field(default_factory=NFTConfig)
     fidelity: FidelityRewardConfig = field(default_factory=FidelityRewardConfig)
     executability: ExecutabilityRewardConfig = field(default_factory=ExecutabilityRewardConfig)
-    train: TrainLoopConfig = field(
-        default_factory=lambda: TrainLoopConfig(
-            steps=200,
-            batch_size=2,
-            lr=1e-5,
-            warmup_steps=10,
-            ema_decay=0.99,
-            checkpoint_every=50,
-            log_every=5,
-        )
-    )
+    train: PosttrainLoopConfig = field(default_factory=PosttrainLoopConfig)
 
     def validate(self) -> None:
         if not self.base_model:
@@ -205,12 +210,14 @@ def _save_policy(model: nn.Module, directory: Path) -> None:
 def _open_data(
     cfg: PosttrainConfig, base: WorldModel, context: int
 ) -> tuple[WorldModelWindows, WorldModelWindows]:
-    dataset = EpisodeDataset(cfg.dataset)
-    if tuple(dataset.cameras) != tuple(base.cfg.cameras):
+    ds, dit = cfg.dataset, base.cfg.dit
+    if ds.cameras and list(ds.cameras) != list(base.cfg.cameras):
         raise ConfigError(
-            f"dataset {cfg.dataset.root} gives cameras {dataset.cameras} but the world model {cfg.base_model} "
-            f"predicts {list(base.cfg.cameras)}; set dataset.cameras to match"
+            f"dataset.cameras={ds.cameras} but the world model {cfg.base_model} predicts {list(base.cfg.cameras)}"
         )
+    # The dataset is checked against what the model reads: errors then name the camera or feature.
+    ds.cameras, ds.image_size, ds.action_dim = list(base.cfg.cameras), [dit.image_size] * 2, dit.action_dim
+    dataset = EpisodeDataset(ds)
     train_eps, held_out_eps = dataset.split()
     horizon = cfg.rollouts.max_length
     train = WorldModelWindows(dataset, train_eps, context=context, horizon=horizon, stride=cfg.start_stride)
@@ -278,22 +285,22 @@ def run_posttraining(cfg: PosttrainConfig, spec: EmbodimentSpec = TABLETOP_ARM) 
     current = Path(cfg.base_model)
     for k, stage in enumerate(cfg.stages):
         stage_dir = output / f"{k}_{stage}"
-        exported = stage_dir / "pretrained_model"
-        if (exported / "model.safetensors").is_file():
-            if not cfg.resume:
-                raise ConfigError(
-                    f"{stage_dir} already holds a finished stage; pass --resume=true or another output_dir"
-                )
-            print(f"stage {stage}: finished earlier, using {exported}")
-            current = exported
-            continue
-        has_checkpoint = last_checkpoint(stage_dir) is not None
-        if has_checkpoint and not cfg.resume:
+        checkpoint = last_checkpoint(stage_dir)
+        if checkpoint is not None and not cfg.resume:
             raise ConfigError(
-                f"{stage_dir} holds checkpoints; pass --resume=true to continue or another output_dir"
+                f"{stage_dir} holds checkpoints; pass --resume=true to continue, or another output_dir"
             )
-        print(f"stage {stage}: from {current}" + (" (resuming)" if has_checkpoint else ""))
+        done = load_json(checkpoint / "training_state" / "state.json")["step"] if checkpoint else 0
+        if done >= cfg.train.steps:
+            exported = stage_dir / "pretrained_model"
+            # Interrupted between the last checkpoint and the export: the checkpoint holds the same weights.
+            current = exported if exported.is_dir() else checkpoint / "pretrained_model"
+            print(f"stage {stage}: finished earlier ({done} steps), using {current}")
+            continue
+        print(f"stage {stage}: from {current}" + (f", resuming at step {done}" if checkpoint else ""))
         base = WorldModel.from_pretrained(current)
-        run_stage(stage, base, reference, train_windows, eval_windows, cfg, stage_dir, has_checkpoint, spec)
-        current = exported
+        run_stage(
+            stage, base, reference, train_windows, eval_windows, cfg, stage_dir, checkpoint is not None, spec
+        )
+        current = stage_dir / "pretrained_model"
     return current

@@ -1,0 +1,98 @@
+"""The post-training stages end to end on a tiny dataset: both stages, one alone, exact resume, config errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_tiny_lerobot_dataset
+from test_posttrain_objective import tiny_world_model
+
+from common.checkpoint import load_tensors
+from common.config import ConfigError, parse_cli
+from rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """One dataset and base model for the module: writing a LeRobotDataset takes seconds."""
+    tmp = tmp_path_factory.mktemp("posttrain")
+    root = make_tiny_lerobot_dataset(tmp / "dataset", episodes=4, length=12, image_size=(16, 16))
+    base = tmp / "base"
+    tiny_world_model().save_pretrained(base)
+    return root, base
+
+
+def _args(root: Path, base: Path, out: Path, steps: int, *extra: str) -> list[str]:
+    return [
+        f"--base_model={base}",
+        f"--dataset.root={root}",
+        f"--output_dir={out}",
+        "--rollouts.group_size=2",
+        "--rollouts.min_length=4",
+        "--rollouts.max_length=5",
+        "--fidelity.ssim_window=7",
+        "--eval_start_states=2",
+        f"--train.steps={steps}",
+        "--train.batch_size=2",
+        "--train.checkpoint_every=1",
+        "--train.log_every=1",
+        "--train.warmup_steps=10",
+        "--train.lr=1e-3",
+        "--train.report_to=none",
+        *extra,
+    ]
+
+
+def _weights(directory: Path) -> dict[str, torch.Tensor]:
+    return load_tensors(directory / "model.safetensors")
+
+
+def test_both_stages_run_in_order_and_export_a_world_model(setup, tmp_path):
+    root, base = setup
+    final = run_posttraining(parse_cli(PosttrainConfig, _args(root, base, tmp_path / "out", 1)))
+    assert final == tmp_path / "out" / "1_executability" / "pretrained_model"
+    first = _weights(tmp_path / "out" / "0_stability" / "pretrained_model")
+    second, start = _weights(final), _weights(base)
+    assert any(not torch.equal(first[k], start[k]) for k in start if k.startswith("dit."))
+    assert any(not torch.equal(second[k], first[k]) for k in start if k.startswith("dit."))
+    assert all(torch.equal(second[k], start[k]) for k in start if k.startswith("idm."))
+    assert (tmp_path / "out" / "posttrain_config.yaml").is_file()
+
+
+def test_one_stage_alone_and_exact_resume(setup, tmp_path):
+    root, base = setup
+    straight = tmp_path / "straight"
+    run_posttraining(parse_cli(PosttrainConfig, _args(root, base, straight, 2, "--stages=[stability]")))
+    assert not (straight / "1_executability").exists()
+
+    interrupted = tmp_path / "interrupted"
+    run_posttraining(parse_cli(PosttrainConfig, _args(root, base, interrupted, 1, "--stages=[stability]")))
+    with pytest.raises(ConfigError, match="--resume=true"):
+        run_posttraining(parse_cli(PosttrainConfig, _args(root, base, interrupted, 2, "--stages=[stability]")))
+    run_posttraining(
+        parse_cli(PosttrainConfig, _args(root, base, interrupted, 2, "--stages=[stability]", "--resume=true"))
+    )
+    a = _weights(straight / "0_stability" / "pretrained_model")
+    b = _weights(interrupted / "0_stability" / "pretrained_model")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_config_errors_name_the_field(setup, tmp_path):
+    root, base = setup
+    with pytest.raises(ConfigError, match="stages"):
+        run_posttraining(parse_cli(PosttrainConfig, _args(root, base, tmp_path / "o", 1, "--stages=[sharpness]")))
+    with pytest.raises(ConfigError, match="group_size"):
+        run_posttraining(parse_cli(PosttrainConfig, _args(root, base, tmp_path / "o", 1, "--rollouts.group_size=1")))
+    with pytest.raises(ConfigError, match="base_model"):
+        run_posttraining(PosttrainConfig())
+
+
+def test_shipped_config_parses():
+    cfg = parse_cli(PosttrainConfig, ["--config", str(REPO / "configs" / "posttrain" / "tiny.yaml")])
+    cfg.base_model = cfg.base_model or "x"
+    cfg.validate()
+    assert cfg.stages == ["stability", "executability"]
