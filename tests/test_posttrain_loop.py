@@ -72,7 +72,9 @@ def test_one_stage_alone_and_exact_resume(setup, tmp_path):
     interrupted = tmp_path / "interrupted"
     run_posttraining(parse_cli(PosttrainConfig, _args(root, base, interrupted, 1, "--stages=[stability]")))
     with pytest.raises(ConfigError, match="--resume=true"):
-        run_posttraining(parse_cli(PosttrainConfig, _args(root, base, interrupted, 2, "--stages=[stability]")))
+        run_posttraining(
+            parse_cli(PosttrainConfig, _args(root, base, interrupted, 2, "--stages=[stability]"))
+        )
     run_posttraining(
         parse_cli(PosttrainConfig, _args(root, base, interrupted, 2, "--stages=[stability]", "--resume=true"))
     )
@@ -84,9 +86,13 @@ def test_one_stage_alone_and_exact_resume(setup, tmp_path):
 def test_config_errors_name_the_field(setup, tmp_path):
     root, base = setup
     with pytest.raises(ConfigError, match="stages"):
-        run_posttraining(parse_cli(PosttrainConfig, _args(root, base, tmp_path / "o", 1, "--stages=[sharpness]")))
+        run_posttraining(
+            parse_cli(PosttrainConfig, _args(root, base, tmp_path / "o", 1, "--stages=[sharpness]"))
+        )
     with pytest.raises(ConfigError, match="group_size"):
-        run_posttraining(parse_cli(PosttrainConfig, _args(root, base, tmp_path / "o", 1, "--rollouts.group_size=1")))
+        run_posttraining(
+            parse_cli(PosttrainConfig, _args(root, base, tmp_path / "o", 1, "--rollouts.group_size=1"))
+        )
     with pytest.raises(ConfigError, match="base_model"):
         run_posttraining(PosttrainConfig())
 
