@@ -1,0 +1,223 @@
+"""A video diffusion transformer over frames with frame-level AdaLN and block-causal attention.
+
+Each frame is cut into patches (all views of a time step form one frame of tokens, told apart by a view
+embedding). Every frame carries its own conditioning vector, the embedding of the action that led to it
+plus the embedding of its own noise level, which modulates its tokens through AdaLN in every block
+(diffusion forcing: clean context frames and the noisy frame being generated sit in the same sequence).
+Time is encoded with rotary embeddings on the frame index, so attention depends only on how far apart two
+frames are and cached keys/values stay valid however long a rollout runs.
+
+The patch embedding optionally reads the previous frame beside the current one (as DIAMOND stacks past
+frames on the channels): a strong, local "copy what was there" path which keeps static pixels sharp. A
+small convolution after un-patchifying lets neighbouring patches talk and removes 8x8 block seams.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import cuda_ext
+from world_model.attention import BACKENDS, frame_attention
+
+
+@dataclass
+class VideoDiTConfig:
+    image_size: int = 64  # frames (or latents) are image_size x image_size
+    channels: int = 3  # 3 for pixels, the autoencoder's latent channels otherwise
+    num_views: int = 1  # cameras predicted jointly
+    patch_size: int = 8
+    width: int = 192
+    depth: int = 6
+    heads: int = 4
+    mlp_ratio: float = 4.0
+    action_dim: int = 4
+    context_frames: int = 4  # earlier frames each frame attends to (block-causal sliding window)
+    condition_on_previous_frame: bool = True
+    output_conv_channels: int = 32  # 0 disables the seam-removing output convolution
+    attention_backend: str = "sdpa"  # sdpa | xformers | cuda_ext
+
+    def validate(self) -> None:
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"dit.image_size={self.image_size} is not a multiple of dit.patch_size={self.patch_size}"
+            )
+        if self.width % self.heads or (self.width // self.heads) % 2:
+            raise ValueError(
+                f"dit.width={self.width} must split into dit.heads={self.heads} heads of even size"
+            )
+        if self.attention_backend not in BACKENDS:
+            raise ValueError(f"dit.attention_backend={self.attention_backend!r}; expected one of {BACKENDS}")
+        if self.context_frames < 1:
+            raise ValueError(f"dit.context_frames={self.context_frames} must be >= 1")
+
+    @property
+    def patches_per_view(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def frame_len(self) -> int:
+        return self.patches_per_view * self.num_views
+
+
+def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal features of noise levels t in [0, 1] (scaled to 0..1000 like DiT)."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    args = t.float()[..., None] * 1000 * freqs
+    return torch.cat([torch.cos(args), torch.sin(args)], -1)
+
+
+def time_rotation(
+    time_index: torch.Tensor, head_dim: int, frame_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [F * frame_len, head_dim / 2] of the rotary embedding of each token's frame index."""
+    freqs = 1.0 / (
+        100.0 ** (torch.arange(0, head_dim, 2, device=time_index.device, dtype=torch.float32) / head_dim)
+    )
+    angles = time_index.float()[:, None] * freqs[None, :]
+    return angles.cos().repeat_interleave(frame_len, 0), angles.sin().repeat_interleave(frame_len, 0)
+
+
+def rotate_by_time(x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotary embedding on the frame index: x [B, heads, L, D], rotation from `time_rotation`."""
+    cos, sin = (r.to(x.dtype) for r in rotation)
+    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
+
+
+class FrameBlock(nn.Module):
+    def __init__(self, cfg: VideoDiTConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.width
+        self.qkv = nn.Linear(d, 3 * d)
+        self.q_norm = nn.RMSNorm(d // cfg.heads)
+        self.k_norm = nn.RMSNorm(d // cfg.heads)
+        self.proj = nn.Linear(d, d)
+        hidden = int(d * cfg.mlp_ratio)
+        self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(approximate="tanh"), nn.Linear(hidden, d))
+        self.ada = nn.Linear(d, 6 * d)
+        nn.init.zeros_(self.ada.weight)
+        nn.init.zeros_(self.ada.bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cond: torch.Tensor,
+        rotation: tuple[torch.Tensor, torch.Tensor],
+        teacher_forced: bool,
+        cache: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """x [B, L, D] tokens of F frames, cond [B, F, D]. Returns new x and this input's (k, v)."""
+        cfg, fl = self.cfg, self.cfg.frame_len
+        b, length, d = x.shape
+        shift1, scale1, gate1, shift2, scale2, gate2 = self.ada(F.silu(cond)).chunk(6, dim=-1)
+        h = cuda_ext.adaln_modulate(x, shift1, scale1, fl)
+        q, k, v = self.qkv(h).view(b, length, 3, cfg.heads, d // cfg.heads).permute(2, 0, 3, 1, 4)
+        q = rotate_by_time(self.q_norm(q), rotation)
+        k = rotate_by_time(self.k_norm(k), rotation)
+        new_kv = (k, v)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+        a = frame_attention(q, k, v, fl, cfg.context_frames, teacher_forced, cfg.attention_backend)
+        x = cuda_ext.gated_residual(x, self.proj(a.transpose(1, 2).reshape(b, length, d)), gate1, fl)
+        x = cuda_ext.gated_residual(x, self.mlp(cuda_ext.adaln_modulate(x, shift2, scale2, fl)), gate2, fl)
+        return x, new_kv
+
+
+class VideoDiT(nn.Module):
+    def __init__(self, cfg: VideoDiTConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        d, p = cfg.width, cfg.patch_size
+        in_ch = cfg.channels * (2 if cfg.condition_on_previous_frame else 1)
+        self.patch = nn.Linear(in_ch * p * p, d)
+        self.pos = nn.Parameter(torch.randn(cfg.patches_per_view, d) * 0.02)
+        self.view = nn.Parameter(torch.zeros(cfg.num_views, d))
+        self.action_embed = nn.Sequential(nn.Linear(cfg.action_dim, d), nn.SiLU(), nn.Linear(d, d))
+        # Stands in for the action when there is none (the first frame) or it is dropped for guidance.
+        self.null_action = nn.Parameter(torch.zeros(d))
+        self.noise_embed = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, d))
+        self.blocks = nn.ModuleList([FrameBlock(cfg) for _ in range(cfg.depth)])
+        self.final_ada = nn.Linear(d, 2 * d)
+        self.final = nn.Linear(d, p * p * cfg.channels)
+        for layer in (self.final_ada, self.final):
+            nn.init.zeros_(layer.weight)
+            nn.init.zeros_(layer.bias)
+        self.refine = None
+        if cfg.output_conv_channels:
+            c, h = cfg.channels, cfg.output_conv_channels
+            self.refine = nn.Sequential(
+                nn.Conv2d(c, h, 3, padding=1), nn.SiLU(), nn.Conv2d(h, c, 3, padding=1)
+            )
+            nn.init.zeros_(self.refine[-1].weight)
+            nn.init.zeros_(self.refine[-1].bias)
+
+    def conditioning(
+        self, actions: torch.Tensor, action_valid: torch.Tensor, t: torch.Tensor
+    ) -> torch.Tensor:
+        """actions [B, F, A] (normalised) with action_valid [B, F] bool, noise levels t [B, F] -> [B, F, D]."""
+        act = torch.where(action_valid[..., None], self.action_embed(actions), self.null_action)
+        return act + self.noise_embed(timestep_embedding(t, self.cfg.width))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        prev: torch.Tensor | None,
+        actions: torch.Tensor,
+        action_valid: torch.Tensor,
+        t: torch.Tensor,
+        time_index: torch.Tensor,
+        teacher_forced: bool = False,
+        kv_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Denoise F frames.
+
+        x, prev: [B, F, V, C, H, W] (prev: each frame's previous clean frame, when configured); actions
+        [B, F, A]; action_valid, t: [B, F]; time_index: [F] frame indices (for rotary time); kv_cache: per
+        block the keys/values of earlier frames these frames attend to.
+        Returns the output [B, F, V, C, H, W], pooled final features per frame [B, F, D] (for the heads)
+        and per block the keys/values of these frames (for appending to a cache).
+        """
+        cfg = self.cfg
+        b, nf, nv, c, hgt, wid = x.shape
+        if (nv, c, hgt, wid) != (cfg.num_views, cfg.channels, cfg.image_size, cfg.image_size):
+            raise ValueError(
+                f"VideoDiT expects frames [B, F, {cfg.num_views}, {cfg.channels}, {cfg.image_size}, "
+                f"{cfg.image_size}], got {list(x.shape)}"
+            )
+        inp = torch.cat([x, prev], 3) if cfg.condition_on_previous_frame else x
+        tokens = self.patch(self._patchify(inp)) + self.pos  # [B, F, V, P, D]
+        tokens = (tokens + self.view[:, None]).reshape(b, nf * cfg.frame_len, cfg.width)
+        cond = self.conditioning(actions, action_valid, t)
+        rotation = time_rotation(time_index, cfg.width // cfg.heads, cfg.frame_len)
+        new_kv = []
+        for i, block in enumerate(self.blocks):
+            tokens, kv = block(tokens, cond, rotation, teacher_forced, kv_cache[i] if kv_cache else None)
+            new_kv.append(kv)
+        shift, scale = self.final_ada(F.silu(cond)).chunk(2, -1)
+        h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)
+        features = h.view(b, nf, cfg.frame_len, cfg.width).mean(2)
+        out = self._unpatchify(self.final(h), b, nf)
+        if self.refine is not None:
+            out = out + self.refine(out.flatten(0, 2)).view_as(out)
+        return out, features, new_kv
+
+    def _patchify(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, F, V, C, H, W] -> [B, F, V, patches, C * p * p] (row-major patches)."""
+        p = self.cfg.patch_size
+        b, nf, nv, c, hgt, wid = x.shape
+        x = x.reshape(b, nf, nv, c, hgt // p, p, wid // p, p)
+        return x.permute(0, 1, 2, 4, 6, 3, 5, 7).reshape(b, nf, nv, (hgt // p) * (wid // p), c * p * p)
+
+    def _unpatchify(self, h: torch.Tensor, b: int, nf: int) -> torch.Tensor:
+        cfg = self.cfg
+        p, n, c = cfg.patch_size, cfg.image_size // cfg.patch_size, cfg.channels
+        h = h.view(b, nf, cfg.num_views, n, n, p, p, c)
+        return h.permute(0, 1, 2, 7, 3, 5, 4, 6).reshape(b, nf, cfg.num_views, c, n * p, n * p)

@@ -1,0 +1,169 @@
+"""Rollout fidelity: how close imagined frames stay to real ones, step by step over the horizon.
+
+On held-out windows (context frames + the real future under the real actions) the world model rolls out
+autoregressively and every horizon step h = 1..H is scored against the real frame:
+- PSNR and SSIM of the whole frame, for the model and for the copy-last-frame baseline (the last context
+  frame repeated: hard to beat at short horizons, where little of the frame moves);
+- PSNR of the moving pixels, those that change between real frames h-1 and h by more than
+  `moving_threshold` in some channel (where the action shows; pooled over the batch);
+- action-following error: the inverse dynamics model reads consecutive frames and guesses the action
+  between them; its mean absolute error against the commanded action on generated frames, next to the same
+  error on real frames (the IDM's own floor);
+- reward / success heads against the real labels of each transition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from pytorch_msssim import ssim as _ssim
+
+
+def psnr(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-frame PSNR (dB) of frames in [0, 1]: [..., C, H, W] -> [...]."""
+    mse = (pred.float() - target.float()).pow(2).flatten(-3).mean(-1)
+    return 10 * torch.log10(1 / mse.clamp_min(1e-10))
+
+
+def ssim(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-frame SSIM of frames in [0, 1] (7x7 Gaussian window, fits 32x32 and up): [..., C, H, W] -> [...]."""
+    lead = pred.shape[:-3]
+    p, t = pred.float().reshape(-1, *pred.shape[-3:]), target.float().reshape(-1, *target.shape[-3:])
+    return _ssim(p, t, data_range=1.0, size_average=False, win_size=7).reshape(lead)
+
+
+def per_step(values: torch.Tensor) -> list[float]:
+    """[N, H, ...] per-frame scores (e.g. per view) -> the mean at each horizon step, [H]."""
+    return values.reshape(values.shape[0], values.shape[1], -1).mean((0, 2)).tolist()
+
+
+def moving_mask(previous: torch.Tensor, current: torch.Tensor, threshold: float) -> torch.Tensor:
+    """[..., C, H, W] -> [..., 1, H, W] bool: pixels that changed by more than `threshold` in some channel."""
+    return ((current.float() - previous.float()).abs() > threshold).any(-3, keepdim=True)
+
+
+def masked_psnr(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> float:
+    """PSNR over the masked pixels of all frames together (nan if no pixel is masked)."""
+    m = mask.expand_as(pred).float()
+    count = m.sum()
+    if count == 0:
+        return float("nan")
+    mse = ((pred.float() - target.float()).pow(2) * m).sum() / count
+    return float(10 * torch.log10(1 / mse.clamp_min(1e-10)))
+
+
+@dataclass
+class HeldOutWindows:
+    """Real windows to score against: frames [N, C+H, (V,) 3, H, W] in [0, 1], actions [N, C+H, A],
+    reward / success [N, C+H] (the labels of the transition out of each frame)."""
+
+    frames: torch.Tensor
+    actions: torch.Tensor
+    reward: torch.Tensor
+    success: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.frames.shape[0]
+
+
+def imagine(
+    model,
+    windows: HeldOutWindows,
+    context: int,
+    steps: int | None = None,
+    batch_size: int = 16,
+    seed: int = 0,
+    shuffle_actions: bool = False,
+    use_cache: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Roll the model out from each window's first `context` frames under its future actions.
+
+    `shuffle_actions` feeds each window the future actions of another window (a fixed derangement): the
+    action-sensitivity test, where a model that ignores actions would score the same as with real ones.
+    Returns frames [N, H, ...], rewards [N, H], success probabilities [N, H].
+    """
+    n, total = windows.frames.shape[:2]
+    if total - context < 1:
+        raise ValueError(f"windows have {total} frames: no room for a horizon after {context} context frames")
+    future = windows.actions[:, context - 1 : total - 1]  # future[:, k] leads to frame context + k
+    if shuffle_actions:
+        if n < 2:
+            raise ValueError("shuffled actions need at least 2 windows")
+        future = future.roll(1, dims=0)
+    gen = torch.Generator().manual_seed(seed)
+    frames, rewards, success = [], [], []
+    for i in range(0, n, batch_size):
+        sl = slice(i, i + batch_size)
+        f, r, s = model.rollout(
+            windows.frames[sl, :context],
+            windows.actions[sl, : context - 1],
+            future[sl],
+            steps=steps,
+            generator=gen,
+            use_cache=use_cache,
+        )
+        frames.append(f)
+        rewards.append(r)
+        success.append(s)
+    return torch.cat(frames), torch.cat(rewards), torch.cat(success)
+
+
+def rollout_fidelity(
+    model,
+    windows: HeldOutWindows,
+    context: int,
+    imagined: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    moving_threshold: float = 0.05,
+) -> dict[str, list[float]]:
+    """Score `imagined` (what `imagine` returned, with the real actions) per horizon step (lists by h - 1)."""
+    gen_frames, rewards, success = imagined
+    n, total = windows.frames.shape[:2]
+    horizon = total - context
+    if gen_frames.shape[:2] != (n, horizon):
+        raise ValueError(
+            f"imagined frames {list(gen_frames.shape[:2])} do not fit {n} windows of horizon {horizon}"
+        )
+    real = windows.frames[:, context:].float()
+    last = windows.frames[:, context - 1 : context].float().expand_as(real)
+    real_prev = windows.frames[:, context - 1 : total - 1].float()
+    out: dict[str, list[float]] = {
+        "psnr": per_step(psnr(gen_frames, real)),
+        "psnr_copy_last": per_step(psnr(last, real)),
+        "ssim": per_step(ssim(gen_frames, real)),
+        "ssim_copy_last": per_step(ssim(last, real)),
+        "moving_psnr": [],
+        "moving_psnr_copy_last": [],
+        "moving_fraction": [],
+    }
+    for h in range(horizon):
+        mask = moving_mask(real_prev[:, h], real[:, h], moving_threshold)
+        out["moving_psnr"].append(masked_psnr(gen_frames[:, h], real[:, h], mask))
+        out["moving_psnr_copy_last"].append(masked_psnr(last[:, h], real[:, h], mask))
+        out["moving_fraction"].append(float(mask.float().mean()))
+
+    # Action following: IDM on (frame h-1, frame h) vs the action commanded between them.
+    first = windows.frames[:, context - 1 : context].float()
+    commanded = windows.actions[:, context - 1 : total - 1]
+    idm_gen = model.infer_actions(torch.cat([first, gen_frames], 1))
+    idm_real = model.infer_actions(torch.cat([first, real], 1))
+    out["idm_error_generated"] = (idm_gen - commanded).abs().mean((0, 2)).tolist()
+    out["idm_error_real"] = (idm_real - commanded).abs().mean((0, 2)).tolist()
+
+    real_reward = windows.reward[:, context - 1 : total - 1].float()
+    real_success = windows.success[:, context - 1 : total - 1].bool()
+    pred_success = success > 0.5
+    out["reward_mae"] = (rewards - real_reward).abs().mean(0).tolist()
+    out["success_accuracy"] = (pred_success == real_success).float().mean(0).tolist()
+    return out
+
+
+def summarize(curves: dict[str, list[float]], at: tuple[int, ...] = (1, 5, 10, 20, 30)) -> dict[str, float]:
+    """Scalars for logging: each curve at the given horizon steps (those within the horizon)."""
+    out = {}
+    for name, values in curves.items():
+        for h in at:
+            if h <= len(values) and not np.isnan(values[h - 1]):
+                out[f"{name}@{h}"] = float(values[h - 1])
+    return out

@@ -1,0 +1,414 @@
+"""The world model: video DiT + outcome heads + inverse dynamics, its training loss and its rollouts.
+
+Frames enter and leave as floats in [0, 1] ([B, T, 3, H, W] for one camera, [B, T, V, 3, H, W] for
+several); actions, rewards and states in dataset units (normalised inside with the dataset stats).
+
+Action alignment (LeRobot): action[t] is commanded at frame t and leads to frame t+1, so frame t is
+generated under action[t-1]. `rollout(context_frames [B, C, ...], context_actions [B, C-1, A],
+future_actions [B, H, A])` returns the H frames that follow; future_actions[:, k] leads to frame C+k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.checkpoint import load_model_weights, save_tensors
+from common.config import load_config, save_config
+from data.features import ACTION, STATE
+from data.stats import Normalizer, Stats, load_stats, save_stats
+from world_model import flow
+from world_model.dit import VideoDiT, VideoDiTConfig
+from world_model.heads import OutcomeHeads
+from world_model.idm import InverseDynamicsConfig, InverseDynamicsModel
+from world_model.sampler import SamplerConfig, sample
+
+KVCache = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class WorldModelConfig:
+    dit: VideoDiTConfig = field(default_factory=VideoDiTConfig)
+    idm: InverseDynamicsConfig = field(default_factory=InverseDynamicsConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)  # the default rollout sampler
+    cameras: tuple[str, ...] = ("front",)
+    parameterisation: str = "x0"  # x0 | velocity | edm (x0 was the one that worked on CPU)
+    sigma_data: float = 0.5  # for edm preconditioning, frames in [-1, 1]
+    noise_distribution: str = "uniform"  # uniform | logit_normal, for the frame being generated
+    # Context frames carry a little noise in training (noise level ~ U(0, max)) so the model learns not to
+    # trust its own slightly-wrong past frames; rollouts noise their context at `context_noise_rollout`.
+    context_noise_max: float = 0.1
+    context_noise_rollout: float = 0.02
+    action_dropout: float = 0.0  # > 0 trains the unconditional model for classifier-free guidance
+    head_loss_weight: float = 0.1
+    idm_loss_weight: float = 1.0
+
+    def validate(self) -> None:
+        self.dit.validate()
+        self.sampler.validate()
+        if self.parameterisation not in flow.PARAMETERISATIONS:
+            raise ValueError(
+                f"parameterisation={self.parameterisation!r}; expected one of {flow.PARAMETERISATIONS}"
+            )
+        if len(self.cameras) != self.dit.num_views:
+            raise ValueError(
+                f"cameras={list(self.cameras)} but dit.num_views={self.dit.num_views}; they must match"
+            )
+        if self.idm.action_dim != self.dit.action_dim:
+            raise ValueError(
+                f"idm.action_dim={self.idm.action_dim} differs from dit.action_dim={self.dit.action_dim}"
+            )
+        if not 0 <= self.context_noise_rollout <= 1 or not 0 <= self.context_noise_max <= 1:
+            raise ValueError("context_noise_max and context_noise_rollout must lie in [0, 1]")
+        if not 0 <= self.action_dropout < 1:
+            raise ValueError(f"action_dropout={self.action_dropout} must lie in [0, 1)")
+
+
+def identity_stats(action_dim: int, state_dim: int) -> Stats:
+    """Stats that leave values unchanged: for tests and for models built before a dataset is known."""
+    return {
+        key: {
+            "mean": np.zeros(d),
+            "std": np.ones(d),
+            "min": -np.ones(d),
+            "max": np.ones(d),
+            "q01": -np.ones(d),
+            "q99": np.ones(d),
+            "count": np.array([1]),
+        }
+        for key, d in ((ACTION, action_dim), (STATE, state_dim))
+    }
+
+
+class WorldModel(nn.Module):
+    def __init__(self, cfg: WorldModelConfig, stats: dict | None = None):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.dit = VideoDiT(cfg.dit)
+        self.heads = OutcomeHeads(cfg.dit.width)
+        self.idm = InverseDynamicsModel(cfg.idm, cfg.dit.channels, cfg.dit.num_views)
+        self.stats = stats or identity_stats(cfg.dit.action_dim, cfg.idm.state_dim)
+        for key, dim in ((ACTION, cfg.dit.action_dim), (STATE, cfg.idm.state_dim)):
+            if key not in self.stats or len(self.stats[key]["mean"]) != dim:
+                raise ValueError(
+                    f"world model stats need {key!r} of size {dim} (mean/std); got {sorted(self.stats)}"
+                )
+        self.normalizer = Normalizer(self.stats, {ACTION: "mean_std", STATE: "mean_std"})
+
+    # ---- normalisation -------------------------------------------------------------------------------
+    def normalize_action(self, a: torch.Tensor) -> torch.Tensor:
+        return self.normalizer.normalize(ACTION, a)
+
+    def unnormalize_action(self, a: torch.Tensor) -> torch.Tensor:
+        return self.normalizer.unnormalize(ACTION, a)
+
+    def normalize_state(self, s: torch.Tensor) -> torch.Tensor:
+        return self.normalizer.normalize(STATE, s)
+
+    @staticmethod
+    def frames_in(frames: torch.Tensor) -> torch.Tensor:
+        """[0, 1] (or uint8) -> [-1, 1]."""
+        if frames.dtype == torch.uint8:
+            frames = frames.float() / 255
+        return frames * 2 - 1
+
+    @staticmethod
+    def frames_out(x: torch.Tensor) -> torch.Tensor:
+        return ((x.clamp(-1, 1) + 1) / 2).contiguous()
+
+    def _with_views(self, frames: torch.Tensor, name: str) -> tuple[torch.Tensor, bool]:
+        """Accept [B, T, C, H, W] for one camera; return [B, T, V, C, H, W] and whether we added V."""
+        d = self.cfg.dit
+        if frames.dim() == 5 and d.num_views == 1:
+            frames = frames.unsqueeze(2)
+            added = True
+        else:
+            added = False
+        expected = (d.num_views, d.channels, d.image_size, d.image_size)
+        if frames.dim() != 6 or tuple(frames.shape[2:]) != expected:
+            raise ValueError(
+                f"{name}: expected [B, T, {d.num_views}, {d.channels}, {d.image_size}, {d.image_size}] "
+                f"(or [B, T, C, H, W] with one camera), got {list(frames.shape)}"
+            )
+        return frames, added
+
+    # ---- training ------------------------------------------------------------------------------------
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        """Training loss on a batch of `data.windows.WorldModelWindows` items (what the shared loop calls)."""
+        missing = [k for k in ("frames", "actions") if k not in batch]
+        if missing:
+            raise KeyError(
+                f"world-model batch lacks {missing}; has {sorted(batch)} (expected WorldModelWindows items)"
+            )
+        outcomes = {k: batch[k] for k in ("reward", "success", "done") if k in batch}
+        return self.compute_loss(batch["frames"], batch["actions"], outcomes, batch.get("state"))
+
+    def compute_loss(
+        self,
+        frames: torch.Tensor,
+        actions: torch.Tensor,
+        outcomes: dict[str, torch.Tensor] | None = None,
+        state: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Teacher-forced diffusion-forcing loss over a window, plus head and IDM losses.
+
+        frames [B, T, (V,) C, H, W] in [0, 1]; actions [B, T, A]; outcomes: optional `next.reward`,
+        `next.success`, `next.done` of each frame [B, T] as keys `reward`, `success`, `done`; state [B, T, S] (only read when idm.use_state).
+        Every frame 1..T-1 is a target, denoised from its own noise level while seeing clean (lightly
+        noised) earlier frames, the same view it has in a KV-cache rollout.
+        """
+        cfg = self.cfg
+        x, _ = self._with_views(frames, "frames")
+        x = self.frames_in(x)
+        b, t_len = x.shape[:2]
+        if t_len < 2:
+            raise ValueError(f"training windows need at least 2 frames, got {t_len}")
+        if actions.shape[:2] != (b, t_len) or actions.shape[-1] != cfg.dit.action_dim:
+            raise ValueError(
+                f"actions: expected [{b}, {t_len}, {cfg.dit.action_dim}], got {list(actions.shape)}"
+            )
+        a = self.normalize_action(actions)
+        dev = x.device
+
+        ctx_t = torch.rand(b, t_len, device=dev) * cfg.context_noise_max
+        clean = flow.add_noise(x, torch.randn_like(x), ctx_t)
+        prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
+        target_t = flow.sample_training_t((b, t_len - 1), cfg.noise_distribution, device=dev)
+        noise = torch.randn_like(x[:, 1:])
+        noisy = flow.add_noise(x[:, 1:], noise, target_t)
+
+        lead_actions = torch.cat([torch.zeros_like(a[:, :1]), a[:, :-1]], 1)  # frame i <- action i-1
+        has_action = torch.ones(b, t_len, dtype=torch.bool, device=dev)
+        has_action[:, 0] = False
+        keep = torch.rand(b, t_len - 1, device=dev) >= cfg.action_dropout
+
+        sd, par = cfg.sigma_data, cfg.parameterisation
+        seq = torch.cat(
+            [flow.input_scale(clean, ctx_t, par, sd), flow.input_scale(noisy, target_t, par, sd)], 1
+        )
+        time_index = torch.cat([torch.arange(t_len, device=dev), torch.arange(1, t_len, device=dev)])
+        out, features, _ = self.dit(
+            seq,
+            torch.cat([prev_clean, clean[:, :-1]], 1),
+            torch.cat([lead_actions, lead_actions[:, 1:]], 1),
+            torch.cat([has_action, keep], 1),
+            torch.cat([ctx_t, target_t], 1),
+            time_index,
+            teacher_forced=True,
+        )
+        target = flow.training_target(x[:, 1:], noise, noisy, target_t, par, sd)
+        diffusion = F.mse_loss(out[:, t_len:], target)
+        with torch.no_grad():
+            x0_mse = F.mse_loss(flow.to_x0(out[:, t_len:], noisy, target_t, par, sd), x[:, 1:])
+        logs = {"loss/diffusion": diffusion.item(), "loss/x0_mse": x0_mse.item()}
+        loss = diffusion
+
+        if outcomes:
+            pred = self.heads(features[:, 1:t_len])
+            head_loss = torch.zeros((), device=dev)
+            if "reward" in outcomes:
+                head_loss = head_loss + F.mse_loss(
+                    pred["reward"], outcomes["reward"][:, :-1].float().reshape(b, -1)
+                )
+            for key, name in (("success", "success_logit"), ("done", "done_logit")):
+                if key in outcomes:
+                    label = outcomes[key][:, :-1].float().reshape(b, -1)
+                    head_loss = head_loss + F.binary_cross_entropy_with_logits(pred[name], label)
+            loss = loss + cfg.head_loss_weight * head_loss
+            logs["loss/heads"] = head_loss.item()
+
+        s = None
+        if cfg.idm.use_state:
+            if state is None:
+                raise ValueError("idm.use_state=True but the batch has no observation.state")
+            s = self.normalize_state(state[:, :-1]).flatten(0, 1)
+        idm_pred = self.idm(x[:, :-1].flatten(0, 1), x[:, 1:].flatten(0, 1), s)
+        idm_loss = F.mse_loss(idm_pred, a[:, :-1].flatten(0, 1))
+        logs["loss/idm"] = idm_loss.item()
+        loss = loss + cfg.idm_loss_weight * idm_loss
+        logs["loss/total"] = loss.item()
+        return loss, logs
+
+    # ---- rollouts ------------------------------------------------------------------------------------
+    def _x0(
+        self,
+        x_t: torch.Tensor,
+        prev: torch.Tensor,
+        a: torch.Tensor,
+        valid: torch.Tensor,
+        t: float,
+        index: torch.Tensor,
+        cache: KVCache | None,
+        history: dict | None,
+    ) -> torch.Tensor:
+        """x0 estimate for the last frame; with `history` (recompute path) the whole past is re-run."""
+        cfg = self.cfg
+        b = x_t.shape[0]
+        tt = torch.full((b, 1), t, device=x_t.device)
+        inp = flow.input_scale(x_t, tt, cfg.parameterisation, cfg.sigma_data)
+        if history is None:
+            out, _, _ = self.dit(inp, prev, a, valid, tt, index, kv_cache=cache)
+        else:
+            out, _, _ = self.dit(
+                torch.cat([history["x"], inp], 1),
+                torch.cat([history["prev"], prev], 1),
+                torch.cat([history["a"], a], 1),
+                torch.cat([history["valid"], valid], 1),
+                torch.cat([history["t"], tt], 1),
+                torch.cat([history["index"], index]),
+            )
+            out = out[:, -1:]
+        return flow.to_x0(out, x_t, tt, cfg.parameterisation, cfg.sigma_data)
+
+    def _context_pass(self, clean, prev, a, valid, index, cache, history):
+        """Run frames as (lightly noised) context: returns features and updates the cache or history."""
+        cfg = self.cfg
+        t = torch.full(clean.shape[:2], cfg.context_noise_rollout, device=clean.device)
+        inp = flow.input_scale(clean, t, cfg.parameterisation, cfg.sigma_data)
+        if history is None:
+            _, features, kv = self.dit(inp, prev, a, valid, t, index, kv_cache=cache)
+            keep = cfg.dit.context_frames * cfg.dit.frame_len
+            new_cache = [
+                (torch.cat([c[0], k], 2)[:, :, -keep:], torch.cat([c[1], v], 2)[:, :, -keep:])
+                if c
+                else (k, v)
+                for c, (k, v) in zip(cache or [None] * len(kv), kv)
+            ]
+            return features, new_cache, None
+        history = {
+            "x": torch.cat([history["x"], inp], 1),
+            "prev": torch.cat([history["prev"], prev], 1),
+            "a": torch.cat([history["a"], a], 1),
+            "valid": torch.cat([history["valid"], valid], 1),
+            "t": torch.cat([history["t"], t], 1),
+            "index": torch.cat([history["index"], index]),
+        }
+        _, features, _ = self.dit(
+            history["x"], history["prev"], history["a"], history["valid"], history["t"], history["index"]
+        )
+        return features[:, -clean.shape[1] :], None, history
+
+    @torch.no_grad()
+    def rollout(
+        self,
+        context_frames: torch.Tensor,
+        context_actions: torch.Tensor,
+        future_actions: torch.Tensor,
+        steps: int | None = None,
+        generator: torch.Generator | None = None,
+        use_cache: bool = True,
+        sampler: SamplerConfig | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Imagine the frames that follow the context under `future_actions`, one frame at a time.
+
+        context_frames [B, C, (V,) 3, H, W] in [0, 1]; context_actions [B, C-1, A] (between context frames);
+        future_actions [B, H, A]. `steps` overrides the sampler's step count. With `use_cache` each frame's
+        keys/values are computed once and kept for the next `dit.context_frames` frames; without it every denoising
+        step re-runs the whole history (the reference path, same result up to float error).
+        Returns frames [B, H, (V,) 3, H, W] in [0, 1], rewards [B, H] and success probabilities [B, H],
+        both for the transition into each generated frame. Deterministic given `generator`.
+        """
+        cfg = self.cfg
+        sampler = sampler or cfg.sampler
+        if steps is not None:
+            sampler = SamplerConfig(sampler.method, steps, sampler.guidance_scale, sampler.shift)
+        sampler.validate()
+        ctx, squeeze = self._with_views(context_frames, "context_frames")
+        b, c = ctx.shape[:2]
+        if c < 1:
+            raise ValueError("context_frames needs at least one frame")
+        a_dim = cfg.dit.action_dim
+        if tuple(context_actions.shape) != (b, c - 1, a_dim):
+            raise ValueError(
+                f"context_actions: expected [{b}, {c - 1}, {a_dim}] (the actions between the {c} context frames), "
+                f"got {list(context_actions.shape)}"
+            )
+        if future_actions.dim() != 3 or future_actions.shape[0] != b or future_actions.shape[2] != a_dim:
+            raise ValueError(f"future_actions: expected [{b}, H, {a_dim}], got {list(future_actions.shape)}")
+        dev = ctx.device
+        x = self.frames_in(ctx)
+        a_ctx = torch.cat([torch.zeros(b, 1, a_dim, device=dev), self.normalize_action(context_actions)], 1)
+        valid = torch.ones(b, c, dtype=torch.bool, device=dev)
+        valid[:, 0] = False
+        s = cfg.context_noise_rollout
+        clean = flow.add_noise(
+            x, torch.randn(x.shape, generator=generator, device=dev), torch.tensor(s, device=dev)
+        )
+        prev = torch.cat([clean[:, :1], clean[:, :-1]], 1)
+        empty = (
+            None
+            if use_cache
+            else {
+                "x": clean[:, :0],
+                "prev": clean[:, :0],
+                "a": a_ctx[:, :0],
+                "valid": valid[:, :0],
+                "t": torch.zeros(b, 0, device=dev),
+                "index": torch.zeros(0, dtype=torch.long, device=dev),
+            }
+        )
+        _, cache, history = self._context_pass(
+            clean, prev, a_ctx, valid, torch.arange(c, device=dev), None, empty
+        )
+        last = clean[:, -1:]
+        frames, rewards, success = [], [], []
+        yes = torch.ones(b, 1, dtype=torch.bool, device=dev)
+        for k in range(future_actions.shape[1]):
+            index = torch.tensor([c + k], device=dev)
+            a = self.normalize_action(future_actions[:, k : k + 1])
+
+            def denoise(x_t, t, a=a, index=index, last=last, cache=cache, history=history):
+                cond = self._x0(x_t, last, a, yes, t, index, cache, history)
+                if sampler.guidance_scale == 1.0:
+                    return cond, None
+                return cond, self._x0(x_t, last, a, ~yes, t, index, cache, history)
+
+            noise = torch.randn(last.shape, generator=generator, device=dev)
+            x0 = sample(denoise, noise, sampler).clamp(-1, 1)
+            frames.append(x0)
+            clean_new = flow.add_noise(
+                x0, torch.randn(x0.shape, generator=generator, device=dev), torch.tensor(s, device=dev)
+            )
+            features, cache, history = self._context_pass(clean_new, last, a, yes, index, cache, history)
+            out = self.heads(features[:, 0])
+            rewards.append(out["reward"])
+            success.append(torch.sigmoid(out["success_logit"]))
+            last = clean_new
+        gen = self.frames_out(torch.cat(frames, 1))
+        if squeeze:
+            gen = gen.squeeze(2)
+        return gen, torch.stack(rewards, 1), torch.stack(success, 1)
+
+    @torch.no_grad()
+    def infer_actions(self, frames: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
+        """IDM over consecutive frames: [B, T, (V,) 3, H, W] in [0, 1] -> actions [B, T-1, A] (dataset units)."""
+        x, _ = self._with_views(frames, "frames")
+        x = self.frames_in(x)
+        b, t = x.shape[:2]
+        s = self.normalize_state(state[:, :-1]).flatten(0, 1) if state is not None else None
+        pred = self.idm(x[:, :-1].flatten(0, 1), x[:, 1:].flatten(0, 1), s)
+        return self.unnormalize_action(pred.view(b, t - 1, -1))
+
+    # ---- checkpoints ---------------------------------------------------------------------------------
+    def save_pretrained(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        save_config(self.cfg, path / "config.yaml")
+        save_tensors(self.state_dict(), path / "model.safetensors")
+        save_stats(self.stats, path / "stats.json")
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu") -> WorldModel:
+        path = Path(path)
+        if not (path / "config.yaml").is_file():
+            raise FileNotFoundError(f"{path} is not a world-model checkpoint: config.yaml is missing")
+        cfg = load_config(WorldModelConfig, path / "config.yaml")
+        model = cls(cfg, load_stats(path / "stats.json"))
+        load_model_weights(model, path / "model.safetensors")
+        return model.to(device).eval()

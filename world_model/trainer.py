@@ -1,0 +1,112 @@
+"""Supervised world-model training on a local LeRobotDataset through the shared accelerate loop.
+
+    accelerate launch train_world_model.py --config configs/world_model/tiny.yaml --dataset.root=outputs/data/tabletop
+
+Training windows are `window` consecutive frames of the training episodes (every frame after the first is
+a target). Normalisation stats come from the training episodes only. Evaluation rolls the EMA model out
+on held-out episodes and writes metrics, a side-by-side video and a horizon plot under output_dir/eval/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from common.checkpoint import save_json
+from common.training import TrainLoopConfig, run_training
+from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
+from data.stats import dataset_stats
+from data.windows import WorldModelWindows
+from world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, summarize
+from world_model.model import WorldModel, WorldModelConfig
+from world_model.visualize import horizon_plot, side_by_side_video
+
+
+@dataclass
+class EvalConfig:
+    context: int = 4  # real frames the rollout starts from
+    horizon: int = 30
+    max_windows: int = 32  # held-out windows scored (spread over the held-out episodes)
+    stride: int = 10  # frames between window starts inside an episode
+    video_windows: int = 4  # rows of the side-by-side video
+    steps: int = 0  # sampler steps; 0 -> the model's sampler config
+
+
+@dataclass
+class TrainWorldModelConfig:
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    model: WorldModelConfig = field(default_factory=WorldModelConfig)
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    window: int = 6  # frames per training window
+    output_dir: str = "outputs/world_model/tiny"
+    resume: bool = False
+
+
+def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
+    """The dataset with the model's cameras, image size and action size enforced (errors name the field)."""
+    ds_cfg = cfg.dataset
+    cameras = list(cfg.model.cameras)
+    if ds_cfg.cameras and list(ds_cfg.cameras) != cameras:
+        raise DatasetError(f"dataset.cameras={ds_cfg.cameras} differs from model.cameras={cameras}")
+    ds_cfg.cameras = cameras
+    ds_cfg.image_size = [cfg.model.dit.image_size, cfg.model.dit.image_size]
+    ds_cfg.action_dim = cfg.model.dit.action_dim
+    return EpisodeDataset(ds_cfg)
+
+
+def held_out_windows(dataset: EpisodeDataset, episodes: list[int], cfg: EvalConfig) -> HeldOutWindows | None:
+    """Evenly spread evaluation windows from the held-out episodes (None when none is long enough)."""
+    try:
+        windows = WorldModelWindows(
+            dataset, episodes, context=cfg.context, horizon=cfg.horizon, stride=cfg.stride
+        )
+    except DatasetError:
+        return None
+    pick = torch.linspace(0, len(windows) - 1, min(cfg.max_windows, len(windows))).round().long().unique()
+    items = [windows[int(i)] for i in pick]
+    return HeldOutWindows(
+        frames=torch.stack([it["frames"] for it in items]).float() / 255,
+        actions=torch.stack([it["actions"] for it in items]),
+        reward=torch.stack([it["reward"] for it in items]),
+        success=torch.stack([it["success"] for it in items]),
+    )
+
+
+def make_eval_fn(windows: HeldOutWindows | None, cfg: EvalConfig):
+    def evaluate(model: WorldModel, step: int, eval_dir: Path) -> dict[str, float]:
+        if windows is None:
+            return {}
+        imagined = imagine(model, windows, cfg.context, steps=cfg.steps or None)
+        curves = rollout_fidelity(model, windows, cfg.context, imagined)
+        eval_dir.mkdir(parents=True, exist_ok=True)
+        save_json(curves, eval_dir / "metrics.json")
+        n = min(cfg.video_windows, len(windows))
+        side_by_side_video(windows.frames[:n, cfg.context :], imagined[0][:n], eval_dir / "rollout.mp4")
+        horizon_plot(curves, eval_dir / "horizon.png")
+        return summarize(curves)
+
+    return evaluate
+
+
+def train(cfg: TrainWorldModelConfig) -> WorldModel:
+    if cfg.window < 2:
+        raise ValueError(f"window={cfg.window}: a training window needs at least 2 frames")
+    dataset = open_dataset(cfg)
+    train_eps, held_eps = dataset.split()
+    stats = dataset_stats(dataset, train_eps)
+    model = WorldModel(cfg.model, stats)
+    windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
+    eval_windows = held_out_windows(dataset, held_eps, cfg.eval)
+    return run_training(
+        model,
+        windows,
+        loss_fn=lambda m, batch: m(batch),
+        cfg=cfg.train,
+        output_dir=cfg.output_dir,
+        save_pretrained=lambda m, path: m.save_pretrained(path),
+        resume=cfg.resume,
+        eval_fn=make_eval_fn(eval_windows, cfg.eval),
+    )
