@@ -34,6 +34,9 @@ def tiny_world_model(
         for p in wm.parameters():
             if p.dim() > 1 and not p.any():
                 p.normal_(std=0.1)
+        # Reward near 0.5 and success logits near 0, so imagined episodes differ in outcome.
+        wm.heads.out.weight.normal_(std=0.5)
+        wm.heads.out.bias.copy_(torch.tensor([0.5, 0.0, 0.0]))
     return wm.eval()
 
 

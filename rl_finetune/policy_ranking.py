@@ -1,0 +1,256 @@
+"""`evaluate_policy.py --backend imagination` and `--rank a b ... --compare-sim`: evaluate policies in the
+world model (and in the simulator from the very same initial states), rank them, plot and tabulate.
+
+Initial states are simulator resets with the evaluation seeds (rendered, never stepped), so episode i of
+the imagination run and episode i of the simulator run start from the same layout, arm pose and
+instruction. Simulator physics steps are counted (`rl_finetune.sim_steps`): the imagination run uses none.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common.checkpoint import save_json
+from rl_finetune.imagination_eval import (
+    ImaginationEvalConfig,
+    evaluate_in_imagination,
+    side_by_side,
+    write_video,
+)
+from rl_finetune.initial_states import from_sim_resets
+from rl_finetune.ranking import ranking_report
+from rl_finetune.sim_steps import count_sim_steps
+from vla.factory import load_policy
+from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
+from world_model.model import WorldModel
+from world_model.world_model_env import InitialStates, WorldModelEnv
+
+
+def fold_cli_args(args: list[str]) -> list[str]:
+    """Accept the issue's spelling: `--rank a b c` -> `--rank=[a,b,c]`, `--compare-sim` -> `--compare_sim=true`."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--rank":
+            values = []
+            while i + 1 < len(args) and not args[i + 1].startswith("--"):
+                values.append(args[i + 1])
+                i += 1
+            out.append(f"--rank=[{','.join(values)}]")
+        elif a in ("--compare-sim", "--compare_sim"):
+            out.append("--compare_sim=true")
+        else:
+            out.append(a)
+        i += 1
+    return out
+
+
+def load_world_model_env(cfg: ImaginationEvalConfig, device: str = "cpu") -> WorldModelEnv:
+    if not cfg.world_model:
+        raise ValueError("--imagination.world_model is required: a directory written by train_world_model.py")
+    return WorldModelEnv(WorldModel.from_pretrained(cfg.world_model, device), cfg.env_config())
+
+
+def sim_starts(env: WorldModelEnv, sim_cfg: SimEvalConfig, episodes: int, seed: int) -> InitialStates:
+    """First observations of the sim episodes that `evaluate_in_sim(..., seed)` runs (same env settings)."""
+    import gymnasium as gym
+
+    import sim
+
+    size = env.world_model.cfg.dit.image_size
+    sim_env = gym.make(
+        sim.ENV_IDS[sim_cfg.task],
+        image_size=size,
+        cameras=env.cameras,
+        max_steps=sim_cfg.max_steps,
+        init_joint_noise=sim_cfg.init_joint_noise,
+    )
+    try:
+        with count_sim_steps() as counter:
+            starts = from_sim_resets(sim_env, [seed + i for i in range(episodes)], env.cameras)
+        if counter.steps:
+            raise RuntimeError(f"rendering initial states stepped the simulator {counter.steps} times")
+    finally:
+        sim_env.close()
+    return starts
+
+
+def evaluate_one(
+    policy_path: str,
+    env: WorldModelEnv,
+    starts: InitialStates,
+    im_cfg: ImaginationEvalConfig,
+    seed: int,
+    output_dir: Path,
+    device: str,
+    sim_cfg: SimEvalConfig | None,
+) -> dict:
+    """Imagination (and, with `sim_cfg`, simulator) evaluation of one policy from `starts`."""
+    policy = load_policy(policy_path, device)
+    with count_sim_steps() as counter:
+        imagined, clips = evaluate_in_imagination(
+            policy, env, starts, seed, im_cfg.batch_envs, output_dir, im_cfg.videos
+        )
+    imagined["sim_steps"] = counter.steps
+    record = {"policy": policy_path, "imagination": imagined}
+    if sim_cfg is not None:
+        with count_sim_steps() as counter:
+            simulated = evaluate_in_sim(policy, sim_cfg, starts.batch_size, seed, output_dir, device)
+        simulated["sim_steps"] = counter.steps
+        record["sim"] = simulated
+        _write_side_by_side(simulated, clips, output_dir, env.embodiment.fps)
+    return record
+
+
+def _write_side_by_side(simulated: dict, clips: list, output_dir: Path, fps: int) -> None:
+    import imageio.v2 as imageio
+
+    for i, clip in enumerate(clips):
+        video = simulated["per_episode"][i].get("video")
+        if video is None:
+            continue
+        sim_frames = [np.asarray(f) for f in imageio.mimread(video, memtest=False)]
+        write_video(
+            output_dir / "videos" / f"sim_vs_imagined_{i:03d}.mp4", side_by_side(sim_frames, clip), fps
+        )
+
+
+def _row(name: str, rec: dict) -> dict:
+    im = rec["imagination"]
+    row = {
+        "policy": name,
+        "imagined": im["success_rate"],
+        "imagined_ci": f"{im['success_ci95'][0]:.2f}-{im['success_ci95'][1]:.2f}",
+        "imagined_progress": im["mean_progress"],
+        "imagined_s": im["seconds"],
+    }
+    if "sim" in rec:
+        sim = rec["sim"]
+        row.update(
+            {
+                "sim": sim["success_rate"],
+                "sim_ci": f"{sim['success_ci95'][0]:.2f}-{sim['success_ci95'][1]:.2f}",
+                "sim_progress": sim["mean_progress"],
+                "gap": im["success_rate"] - sim["success_rate"],
+                "sim_s": sim["seconds"],
+            }
+        )
+    return row
+
+
+def plot_scatter(rows: list[dict], report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--", label="imagined = sim")
+    for r in rows:
+        (s_lo, s_hi), (i_lo, i_hi) = (map(float, r[k].split("-")) for k in ("sim_ci", "imagined_ci"))
+        ax.errorbar(
+            r["sim"], r["imagined"], xerr=[[r["sim"] - s_lo], [s_hi - r["sim"]]],
+            yerr=[[r["imagined"] - i_lo], [i_hi - r["imagined"]]], fmt="o", capsize=3,
+        )  # fmt: skip
+        ax.annotate(
+            r["policy"], (r["sim"], r["imagined"]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+        )
+    ax.set_xlabel("success in the simulator")
+    ax.set_ylabel("success in imagination")
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title(
+        f"Pearson {report['pearson']:.2f}  Spearman {report['spearman']:.2f}  MMRV {report['mmrv']:.3f}",
+        fontsize=9,
+    )
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def rank_policies(
+    policy_paths: list[str],
+    im_cfg: ImaginationEvalConfig,
+    sim_cfg: SimEvalConfig | None,
+    episodes: int,
+    seed: int,
+    output_dir: Path,
+    device: str = "cpu",
+) -> dict:
+    """Evaluate every policy in imagination (and the simulator) from the same starts; rank; plot; save."""
+    env = load_world_model_env(im_cfg, device)
+    starts = sim_starts(env, sim_cfg or SimEvalConfig(), episodes, seed)
+    names = _short_names(policy_paths)
+    records, rows = {}, []
+    t0 = time.perf_counter()
+    for name, path in zip(names, policy_paths):
+        records[name] = evaluate_one(path, env, starts, im_cfg, seed, output_dir / name, device, sim_cfg)
+        rows.append(_row(name, records[name]))
+    result = {"episodes": episodes, "seed": seed, "rows": rows, "seconds": time.perf_counter() - t0}
+    if sim_cfg is not None and len(rows) >= 2:
+        report = ranking_report([r["imagined"] for r in rows], [r["sim"] for r in rows])
+        result["ranking"] = report
+        result["imagination_seconds"] = sum(r["imagined_s"] for r in rows)
+        result["sim_seconds"] = sum(r["sim_s"] for r in rows)
+        plot_scatter(rows, report, output_dir / "imagined_vs_sim.png")
+    save_json({"summary": result, "policies": records}, output_dir / "ranking.json")
+    return result
+
+
+def _short_names(paths: list[str]) -> list[str]:
+    """Readable unique names: the path parts that differ between the policies."""
+    parts = [Path(p).resolve().parts for p in paths]
+    names = []
+    for p in parts:
+        distinct = [x for x in p if any(x not in q for q in parts)]
+        names.append("_".join(distinct) or Path(p[-1]).name)
+    if len(set(names)) != len(names):
+        names = [f"{i}_{Path(p).name}" for i, p in enumerate(paths)]
+    return names
+
+
+def run_imagination(cfg) -> dict:
+    """What `evaluate_policy.py` runs for `--backend imagination` (one policy) or `--rank` (several).
+
+    `cfg` is evaluate_policy's config (policy.path, rank, compare_sim, imagination, sim, episodes, seed,
+    output_dir, device). Prints the table, writes `<output_dir>/ranking.json` and, with `compare_sim`, the
+    scatter plot `<output_dir>/imagined_vs_sim.png`.
+    """
+    if cfg.backend != "imagination":
+        raise ValueError(f"--rank evaluates in imagination: pass --backend imagination (got {cfg.backend!r})")
+    paths = list(cfg.rank) or ([cfg.policy.path] if cfg.policy.path else [])
+    if not paths:
+        raise ValueError("give --policy.path (one policy) or --rank path_a path_b ... (several)")
+    default = (
+        f"outputs/ranking/{cfg.sim.task}"
+        if cfg.rank
+        else str(Path(paths[0]).parent / f"eval_imagination_{cfg.sim.task}")
+    )
+    output_dir = Path(cfg.output_dir or default)
+    sim_cfg = cfg.sim if cfg.compare_sim else None
+    result = rank_policies(paths, cfg.imagination, sim_cfg, cfg.episodes, cfg.seed, output_dir, cfg.device)
+    print(format_table(result["rows"]))
+    if "ranking" in result:
+        r = result["ranking"]
+        print(
+            f"Pearson r {r['pearson']:.3f}  Spearman rho {r['spearman']:.3f}  MMRV {r['mmrv']:.3f}  "
+            f"max |imagined - sim| {r['max_abs_gap']:.3f}  (imagination {result['imagination_seconds']:.0f} s, "
+            f"sim {result['sim_seconds']:.0f} s)"
+        )
+    print(f"wrote {output_dir}")
+    return result
+
+
+def format_table(rows: list[dict]) -> str:
+    cols = list(rows[0])
+    cells = [[f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""GRPO in imagination: advantages, log-prob consistency, one iteration changes the policy reproducibly,
+the KL trust region, and zero simulator steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
+
+from rl_finetune.grpo import GRPOConfig, GRPOTrainer, group_advantages
+from rl_finetune.sim_steps import count_sim_steps
+from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
+
+CFG = GRPOConfig(group_size=4, starts_per_iteration=2, epochs=1, minibatch_size=16, lr=1e-3, kl_coef=0.1)
+
+
+def _trainer(seed=0, cfg=CFG):
+    env = WorldModelEnv(tiny_world_model(), WorldModelEnvConfig(horizon=4, success_threshold=0.5))
+    return GRPOTrainer(tiny_policy(), env, cfg, seed=seed)
+
+
+def _params(policy):
+    return torch.cat([p.detach().flatten().clone() for p in policy.parameters()])
+
+
+def test_group_advantages_are_normalised_within_each_group():
+    adv = group_advantages(torch.tensor([1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5]), 4)
+    assert adv[:4].tolist() == pytest.approx([0.866, -0.866, 0.866, -0.866], abs=1e-3)
+    assert adv[4:].abs().max() == 0  # a group with equal returns teaches nothing
+    with pytest.raises(ValueError, match="groups of 3"):
+        group_advantages(torch.zeros(4), 3)
+
+
+def test_collected_log_probs_match_the_recomputed_ones():
+    trainer = _trainer()
+    data = trainer.collect(random_starts(2), seed=0)
+    # 2 starts x 4 rollouts, horizon 4, 2 actions per chunk -> 2 chunk decisions per episode
+    assert len(data) == 16 and data.chain.shape == (16, 3, 4, 4)
+    _, _, log_probs = trainer._transitions(trainer.policy, data.batch(torch.arange(16)), data.chain)
+    torch.testing.assert_close(log_probs, data.old_log_probs, atol=1e-3, rtol=1e-5)
+    assert data.returns.shape == (8,) and data.returns.std() > 0
+
+
+def test_one_iteration_changes_the_policy_and_is_reproducible():
+    starts = random_starts(2, seed=3)
+    a, b = _trainer(seed=7), _trainer(seed=7)
+    before = _params(a.policy)
+    logs_a, logs_b = a.step(starts), b.step(starts)
+    after_a, after_b = _params(a.policy), _params(b.policy)
+    assert (after_a - before).abs().max() > 1e-5
+    assert torch.equal(after_a, after_b)
+    assert logs_a == logs_b
+    c = _trainer(seed=8)
+    c.step(starts)
+    assert not torch.equal(_params(c.policy), after_a)  # another seed, other rollouts
+
+
+def test_kl_to_bc_is_zero_at_start_and_held_back_by_its_weight():
+    starts = random_starts(2, seed=1)
+    data = _trainer().collect(starts, seed=0)
+    assert data.returns.numel() == 8
+    free = _trainer(cfg=GRPOConfig(**{**CFG.__dict__, "kl_coef": 0.0, "epochs": 3}))
+    tied = _trainer(cfg=GRPOConfig(**{**CFG.__dict__, "kl_coef": 50.0, "epochs": 3}))
+    first = free.update(free.collect(starts, 0), seed=0)
+    tied.update(tied.collect(starts, 0), seed=0)
+    assert first["ratio_max"] > 0 and first["loss/kl"] >= 0
+    bc = _params(free.reference)
+    assert (_params(tied.policy) - bc).norm() < (_params(free.policy) - bc).norm()
+
+
+def test_training_steps_the_simulator_zero_times():
+    trainer = _trainer()
+    with count_sim_steps() as counter:
+        trainer.step(random_starts(2))
+    assert counter.steps == 0
+    # The counter does count: one sim env step is one physics advance.
+    from sim.tabletop_env import TabletopEnv
+
+    env = TabletopEnv(task="reach", image_size=16, cameras=("front",))
+    try:
+        obs, _ = env.reset(seed=0)
+        with count_sim_steps() as counter:
+            env.step(obs["observation.state"])
+        assert counter.steps == 1
+    finally:
+        env.close()
+
+
+def test_non_flow_policy_is_refused():
+    env = WorldModelEnv(tiny_world_model())
+    with pytest.raises(TypeError, match="stochastic sampler"):
+        GRPOTrainer(torch.nn.Linear(2, 2), env, CFG)
