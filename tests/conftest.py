@@ -106,3 +106,18 @@ def tiny_lerobot_dataset():
         return make_tiny_lerobot_dataset(Path(tmp_path) / name, **kwargs)
 
     return make
+
+
+SHARED_LENGTHS = (6, 3, 9, 5)  # episode 1 is shorter than a 4-frame window
+
+
+@pytest.fixture(scope="session")
+def shared_tiny_dataset_root(tmp_path_factory) -> Path:
+    """One read-only synthetic dataset for the whole session: 4 episodes of SHARED_LENGTHS frames,
+    cameras front and wrist, 16x16. Tests must not modify it (copy it first)."""
+    return make_tiny_lerobot_dataset(
+        tmp_path_factory.mktemp("shared") / "dataset",
+        episodes=len(SHARED_LENGTHS),
+        length=list(SHARED_LENGTHS),
+        cameras=("front", "wrist"),
+    )

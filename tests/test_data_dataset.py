@@ -7,41 +7,40 @@ import shutil
 
 import pytest
 import torch
-from conftest import make_tiny_lerobot_dataset, pattern_image, pattern_state, pattern_task
+from conftest import SHARED_LENGTHS, make_tiny_lerobot_dataset, pattern_image, pattern_state, pattern_task
 
 from data.dataset import DatasetConfig, DatasetError, EpisodeDataset, split_episodes
 from data.features import ACTION, STATE
 
-LENGTHS = [5, 9, 7]
+LENGTHS = SHARED_LENGTHS
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return make_tiny_lerobot_dataset(
-        tmp_path_factory.mktemp("data") / "ds", episodes=3, length=LENGTHS, cameras=("front", "wrist")
-    )
+def root(shared_tiny_dataset_root):
+    return shared_tiny_dataset_root
 
 
 def test_opens_and_discovers_features(root):
     ds = EpisodeDataset(DatasetConfig(root=str(root)))
     assert ds.cameras == ["front"]  # default: the first camera only
     assert ds.image_size == (16, 16) and ds.state_dim == 4 and ds.action_dim == 4 and ds.fps == 10
-    assert [(e.start, e.end) for e in ds.episodes.values()] == [(0, 5), (5, 14), (14, 21)]
-    assert ds.episodes[1].tasks == (pattern_task(1),)
+    assert [(e.start, e.end) for e in ds.episodes.values()] == [(0, 6), (6, 9), (9, 18), (18, 23)]
+    assert ds.episodes[1].tasks == (pattern_task(1),) and ds.episodes[1].length == 3
 
 
 def test_frame_table_round_trip(root):
     ds = EpisodeDataset(DatasetConfig(root=str(root), cameras=["wrist", "front"]))
     table = ds.frame_table()
     assert len(table) == sum(LENGTHS)
-    assert table.images["wrist"].dtype == torch.uint8 and table.images["wrist"].shape == (21, 3, 16, 16)
-    row = 5 + 3  # episode 1, frame 3
-    expected = torch.from_numpy(pattern_image(1, 3, 1, (16, 16))).permute(2, 0, 1)
+    assert table.images["wrist"].dtype == torch.uint8 and table.images["wrist"].shape == (23, 3, 16, 16)
+    row = 9 + 4  # episode 2, frame 4
+    expected = torch.from_numpy(pattern_image(2, 4, 1, (16, 16))).permute(2, 0, 1)
     assert torch.equal(table.images["wrist"][row], expected)
-    assert torch.equal(table.state[row], torch.from_numpy(pattern_state(1, 3)))
-    assert table.task[row] == pattern_task(1) and int(table.frame_index[row]) == 3
-    assert table.done.nonzero().flatten().tolist() == [4, 13, 20]
-    assert table.success.nonzero().flatten().tolist() == [4, 20]  # last frames of even episodes
+    assert torch.equal(table.images["front"][row, 2], torch.zeros(16, 16, dtype=torch.uint8))
+    assert torch.equal(table.state[row], torch.from_numpy(pattern_state(2, 4)))
+    assert table.task[row] == pattern_task(2) and int(table.frame_index[row]) == 4
+    assert table.done.nonzero().flatten().tolist() == [5, 8, 17, 22]
+    assert table.success.nonzero().flatten().tolist() == [5, 17]  # last frames of even episodes
     assert ds.frame_table() is table  # decoded once
 
 

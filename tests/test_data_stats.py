@@ -7,19 +7,18 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import make_tiny_lerobot_dataset, pattern_action, pattern_state
+from conftest import SHARED_LENGTHS, pattern_action, pattern_state
 
 from data.dataset import DatasetConfig, EpisodeDataset
 from data.features import ACTION, STATE
 from data.stats import Normalizer, compute_stats, dataset_stats, lerobot_meta_stats, load_stats, save_stats
 
-LENGTHS = [4, 7, 5]
+LENGTHS = SHARED_LENGTHS
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    root = make_tiny_lerobot_dataset(tmp_path_factory.mktemp("data") / "ds", episodes=3, length=LENGTHS)
-    return EpisodeDataset(DatasetConfig(root=str(root)))
+def dataset(shared_tiny_dataset_root):
+    return EpisodeDataset(DatasetConfig(root=str(shared_tiny_dataset_root)))
 
 
 def _numpy_stats(values: np.ndarray) -> dict[str, np.ndarray]:
@@ -36,7 +35,7 @@ def _numpy_stats(values: np.ndarray) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("episodes", [None, [0, 2]])
 def test_dataset_stats_match_numpy(dataset, episodes):
     stats = dataset_stats(dataset, episodes)
-    chosen = episodes if episodes is not None else [0, 1, 2]
+    chosen = episodes if episodes is not None else range(len(LENGTHS))
     for key, pattern in ((STATE, pattern_state), (ACTION, pattern_action)):
         values = np.stack([pattern(e, f) for e in chosen for f in range(LENGTHS[e])]).astype(np.float64)
         for field, expected in _numpy_stats(values).items():

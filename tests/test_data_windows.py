@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_tiny_lerobot_dataset, pattern_action, pattern_state, pattern_task
+from conftest import SHARED_LENGTHS, pattern_action, pattern_state, pattern_task
 from torch.utils.data import DataLoader
 
 from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from data.features import ACTION, STATE, TASK, image_key
 from data.windows import PolicySamples, WorldModelWindows
 
-LENGTHS = [6, 3, 9, 5]  # episode 1 is shorter than a window of 4
+LENGTHS = SHARED_LENGTHS  # episode 1 is shorter than a window of 4
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    root = make_tiny_lerobot_dataset(
-        tmp_path_factory.mktemp("data") / "ds", episodes=4, length=LENGTHS, cameras=("front", "wrist")
-    )
-    return EpisodeDataset(DatasetConfig(root=str(root), cameras=["front", "wrist"]))
+def dataset(shared_tiny_dataset_root):
+    return EpisodeDataset(DatasetConfig(root=str(shared_tiny_dataset_root), cameras=["front", "wrist"]))
 
 
 def test_windows_align_frames_actions_and_state(dataset):
