@@ -20,7 +20,7 @@ from cuda_ext.backend import resolve_backend, unsupported_dtype
 def frame_causal_mask(
     q_len: int, k_len: int, frame_len: int, window: int | None, device: torch.device
 ) -> torch.Tensor:
-    """Boolean [q_len, k_len] mask, True where the query may attend the key."""
+    """Boolean [q_len, k_len] mask, True where the query may attend the key (cached: do not modify in place)."""
     q_frame = (torch.arange(q_len, device=device) + (k_len - q_len)) // frame_len
     k_frame = torch.arange(k_len, device=device) // frame_len
     allowed = k_frame[None, :] <= q_frame[:, None]
