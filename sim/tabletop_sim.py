@@ -93,10 +93,11 @@ class TabletopSim:
 
     def advance(self, duration: float) -> None:
         """Run physics for `duration` s, moving the servo set-point towards the target within velocity limits."""
-        max_step = self._max_velocity * self.timestep
-        for _ in range(self.substeps(duration)):
-            ctrl = self.data.ctrl[self._act_idx]
-            self.data.ctrl[self._act_idx] = ctrl + np.clip(self.target - ctrl, -max_step, max_step)
+        n = self.substeps(duration)
+        start = self.data.ctrl[self._act_idx]
+        reach = np.arange(1, n + 1)[:, None] * (self._max_velocity * self.timestep)
+        for ctrl in start + np.clip(self.target - start, -reach, reach):  # the set-point ramp, per step
+            self.data.ctrl[self._act_idx] = ctrl
             mujoco.mj_step(self.model, self.data)
 
     def joint_positions(self) -> np.ndarray:
