@@ -276,12 +276,12 @@ def run_stage(
 def run_posttraining(cfg: PosttrainConfig, spec: EmbodimentSpec = TABLETOP_ARM) -> Path:
     """Run the configured stages in order; returns the final pretrained_model directory."""
     cfg.validate()
-    output = Path(cfg.output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, output / "posttrain_config.yaml")
     reference = WorldModel.from_pretrained(cfg.base_model)
     context = cfg.rollouts.context or reference.cfg.dit.context_frames
     train_windows, eval_windows = _open_data(cfg, reference, context)
+    output = Path(cfg.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, output / "posttrain_config.yaml")
     current = Path(cfg.base_model)
     for k, stage in enumerate(cfg.stages):
         stage_dir = output / f"{k}_{stage}"

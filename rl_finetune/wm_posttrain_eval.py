@@ -28,16 +28,22 @@ def held_out_rollouts(
     seed: int = 0,
     batch_size: int = 8,
     progress: bool = False,
+    decoder: WorldModel | None = None,
 ) -> dict[str, torch.Tensor]:
     """Roll out from windows[i][:context] under the real actions for `horizon` frames.
 
     `windows` yields `frames` [T, V, 3, H, W] (uint8 or float) and `actions` [T, A] with T >= context +
     horizon (data.windows.WorldModelWindows). Returns per rollout: `ssim`, `psnr`, `score` [N, horizon]
-    against the real frames, the IDM-decoded actions `decoded` and the `commanded` ones [N, horizon, A].
+    against the real frames, the IDM-decoded actions `decoded`, the IDM's reading of the real frames
+    `decoded_real` (its floor) and the `commanded` actions [N, horizon, A]. `decoder` is the model whose
+    IDM decodes (default `model`): comparisons pass one decoder so every model is judged by the same IDM.
     """
+    decoder = decoder or model
     model.eval()
     dev = next(model.parameters()).device
-    out: dict[str, list[torch.Tensor]] = {k: [] for k in ("ssim", "psnr", "score", "decoded", "commanded")}
+    out: dict[str, list[torch.Tensor]] = {
+        k: [] for k in ("ssim", "psnr", "score", "decoded", "decoded_real", "commanded")
+    }
     batches = [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
     for b, chunk in enumerate(tqdm(batches, desc="rollouts", disable=not progress)):
         items = [windows[i] for i in chunk]
@@ -59,9 +65,9 @@ def held_out_rollouts(
         for k in ("ssim", "psnr", "score"):
             out[k].append(per_frame[k].cpu())
         # The IDM reads the transition from the last context frame into the first generated one as well.
-        out["decoded"].append(
-            model.infer_actions(torch.cat([frames[:, context - 1 : context], generated], 1)).cpu()
-        )
+        last = frames[:, context - 1 : context]
+        out["decoded"].append(decoder.infer_actions(torch.cat([last, generated], 1)).cpu())
+        out["decoded_real"].append(decoder.infer_actions(torch.cat([last, real], 1)).cpu())
         out["commanded"].append(commanded.cpu())
     return {k: torch.cat(v) for k, v in out.items()}
 

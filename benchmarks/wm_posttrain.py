@@ -1,0 +1,174 @@
+"""World-model post-training, before vs after, on the same held-out start states.
+
+    python benchmarks/wm_posttrain.py --before=outputs/world_model/tiny/pretrained_model \
+        --after=outputs/wm_posttrain/tiny/1_executability/pretrained_model --dataset.root=outputs/data/tabletop
+
+Both models roll out autoregressively from the same real context frames under the same real actions with
+the same sampling noise (rl_finetune/wm_posttrain_eval.py), on held-out episodes (the dataset's seeded
+split, the one world-model training and post-training hold out). Measured:
+- SSIM / PSNR at horizons 1, 10, 20, 30 and the paired win rate: the share of start states where the
+  after-model's clip fidelity (mean per-frame score over the horizon) beats the before-model's (ties 1/2);
+- the actions the (frozen, shared) inverse dynamics model of the before-model decodes from each rollout:
+  jerk RMS, limit-violation rate, action-following error; the same IDM on the real frames is the floor;
+- the horizon-1 check (SSIM must not drop by more than 0.005) and issue 6's targets, reported met or not.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import print_table, write_result  # noqa: E402
+from common.config import parse_cli  # noqa: E402
+from data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
+from data.windows import WorldModelWindows  # noqa: E402
+from rl_finetune.executability import executability_terms, jerk_rms  # noqa: E402
+from rl_finetune.rollout_stability import FidelityRewardConfig  # noqa: E402
+from rl_finetune.wm_posttrain_eval import held_out_rollouts  # noqa: E402
+from sim.embodiment import TABLETOP_ARM  # noqa: E402
+from world_model.model import WorldModel  # noqa: E402
+
+HORIZONS = (1, 10, 20, 30)
+
+
+@dataclass
+class WMPosttrainBenchmarkConfig:
+    before: str = "outputs/world_model/tiny/pretrained_model"
+    after: str = "outputs/wm_posttrain/tiny/1_executability/pretrained_model"
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)  # --dataset.root: the WM's training data
+    horizon: int = 30
+    context: int = 0  # 0 -> the before-model's dit.context_frames
+    start_states: int = 32  # held-out start states, spread evenly over the held-out windows
+    stride: int = 5  # frames between candidate start states inside an episode
+    seed: int = 0
+    batch_size: int = 8
+    fidelity: FidelityRewardConfig = field(default_factory=FidelityRewardConfig)
+    name: str = "wm_posttrain"  # the result file: benchmarks/results/<name>.json
+
+
+def _model_figures(result: dict[str, torch.Tensor]) -> dict[str, float]:
+    terms = executability_terms(result["decoded"], result["commanded"], TABLETOP_ARM)
+    figures = {
+        f"ssim@{h}": float(result["ssim"][:, h - 1].mean()) for h in HORIZONS if h <= result["ssim"].shape[1]
+    }
+    figures.update(
+        {
+            f"psnr@{h}": float(result["psnr"][:, h - 1].mean())
+            for h in HORIZONS
+            if h <= result["psnr"].shape[1]
+        }
+    )
+    figures["clip_score"] = float(result["score"].mean())
+    figures["jerk_rms"] = float(jerk_rms(result["decoded"], TABLETOP_ARM.fps).mean())
+    figures["violation_rate"] = float(terms["violation_rate"].mean())
+    figures["following_error"] = float(terms["following_error"].mean())
+    return figures
+
+
+def _relative(after: float, before: float) -> float:
+    return (after - before) / abs(before) if before else float("nan")
+
+
+def main() -> None:
+    cfg = parse_cli(WMPosttrainBenchmarkConfig)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    before = WorldModel.from_pretrained(cfg.before)
+    after = WorldModel.from_pretrained(cfg.after)
+    if before.cfg.cameras != after.cfg.cameras or before.cfg.dit.image_size != after.cfg.dit.image_size:
+        raise ValueError(f"{cfg.before} and {cfg.after} differ in cameras or image size: not comparable")
+    context = cfg.context or before.cfg.dit.context_frames
+    ds = cfg.dataset
+    ds.cameras, ds.image_size = list(before.cfg.cameras), [before.cfg.dit.image_size] * 2
+    dataset = EpisodeDataset(ds)
+    _, held_out = dataset.split()
+    windows = WorldModelWindows(dataset, held_out, context=context, horizon=cfg.horizon, stride=cfg.stride)
+    count = min(cfg.start_states, len(windows))
+    indices = torch.linspace(0, len(windows) - 1, count).round().long().unique().tolist()
+    print(f"{len(indices)} start states from {len(held_out)} held-out episodes, horizon {cfg.horizon}")
+
+    results, seconds = {}, {}
+    for name, model in (("before", before), ("after", after)):
+        t0 = time.perf_counter()
+        results[name] = held_out_rollouts(
+            model,
+            windows,
+            indices,
+            context,
+            cfg.horizon,
+            cfg.fidelity,
+            seed=cfg.seed,
+            batch_size=cfg.batch_size,
+            progress=True,
+            decoder=before,
+        )
+        seconds[name] = time.perf_counter() - t0
+    per_model = {name: _model_figures(r) for name, r in results.items()}
+
+    clip_before, clip_after = results["before"]["score"].mean(1), results["after"]["score"].mean(1)
+    win_rate = float(((clip_after > clip_before).float() + 0.5 * (clip_after == clip_before).float()).mean())
+    real = results["before"]
+    idm_floor = {
+        "jerk_rms": float(jerk_rms(real["decoded_real"], TABLETOP_ARM.fps).mean()),
+        "violation_rate": float(
+            executability_terms(real["decoded_real"], real["commanded"], TABLETOP_ARM)[
+                "violation_rate"
+            ].mean()
+        ),
+        "following_error": float(
+            executability_terms(real["decoded_real"], real["commanded"], TABLETOP_ARM)[
+                "following_error"
+            ].mean()
+        ),
+        "commanded_jerk_rms": float(jerk_rms(real["commanded"], TABLETOP_ARM.fps).mean()),
+    }
+    b, a = per_model["before"], per_model["after"]
+    last_h = f"ssim@{max(h for h in HORIZONS if h <= cfg.horizon)}"
+    change = {
+        f"{last_h}_relative": _relative(a[last_h], b[last_h]),
+        "jerk_rms_relative": _relative(a["jerk_rms"], b["jerk_rms"]),
+        "violation_rate_relative": _relative(a["violation_rate"], b["violation_rate"]),
+        "following_error_relative": _relative(a["following_error"], b["following_error"]),
+        "ssim@1_delta": a["ssim@1"] - b["ssim@1"],
+        "paired_win_rate": win_rate,
+    }
+    targets = {
+        "horizon1_ssim_drop_at_most_0.005": change["ssim@1_delta"] >= -0.005,
+        f"{last_h}_up_5pct": change[f"{last_h}_relative"] >= 0.05,
+        "win_rate_at_least_75pct": win_rate >= 0.75,
+        "violation_rate_down_20pct": change["violation_rate_relative"] <= -0.20,
+        "jerk_down_20pct": change["jerk_rms_relative"] <= -0.20,
+    }
+
+    rows = [{"metric": k, "before": b[k], "after": a[k], "idm_on_real": idm_floor.get(k)} for k in b]
+    print_table(rows, title=f"world-model post-training, {len(indices)} held-out start states")
+    print_table([{"figure": k, "value": v} for k, v in change.items()])
+    print_table([{"target": k, "met": v} for k, v in targets.items()])
+
+    figures = {
+        "before_model": cfg.before,
+        "after_model": cfg.after,
+        "dataset": ds.root,
+        "held_out_episodes": len(held_out),
+        "start_states": len(indices),
+        "horizon": cfg.horizon,
+        "context": context,
+        "before": b,
+        "after": a,
+        "idm_on_real_frames": idm_floor,
+        "change": change,
+        "targets_met": targets,
+        "rollout_seconds": seconds,
+    }
+    path = write_result(cfg.name, figures, command=" ".join(shlex.quote(x) for x in ["python", *sys.argv]))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
