@@ -24,17 +24,27 @@ class ConfigError(ValueError):
     """A config file or command-line override that does not fit the config dataclass."""
 
 
+def _choices(cls: type) -> dict[str, type]:
+    """The registered subclasses of a draccus choice type (`--robot.type=so101_follower`), else {}."""
+    if isinstance(cls, type) and issubclass(cls, draccus.ChoiceRegistry):
+        return dict(cls.get_known_choices())
+    return {}
+
+
 def _known_keys(cls: type, prefix: str = "") -> set[str]:
     keys: set[str] = set()
     for f in dataclasses.fields(cls):
         name = f"{prefix}{f.name}"
         keys.add(name)
-        if isinstance(f.type, type) and dataclasses.is_dataclass(f.type):
-            keys |= _known_keys(f.type, name + ".")
-        elif dataclasses.is_dataclass(
-            f.default_factory if f.default_factory is not dataclasses.MISSING else None
-        ):
-            keys |= _known_keys(f.default_factory, name + ".")
+        sub = _field_class(f)
+        if sub is None:
+            continue
+        keys |= _known_keys(sub, name + ".")
+        choices = _choices(sub)
+        if choices:  # any registered choice may be selected with `.type`; draccus checks its fields
+            keys.add(name + ".type")
+            for choice in choices.values():
+                keys |= _known_keys(choice, name + ".")
     return keys
 
 
@@ -47,6 +57,13 @@ def _check_yaml_keys(cls: type, data: dict, path: Path, prefix: str = "") -> Non
             )
         ftype = _field_class(fields[key])
         if ftype is not None and isinstance(value, dict):
+            choices = _choices(ftype)
+            if "type" in value and choices:
+                if value["type"] not in choices:
+                    raise ConfigError(
+                        f"{path}: {prefix}{key}.type={value['type']!r} is not one of {', '.join(sorted(choices))}"
+                    )
+                ftype, value = choices[value["type"]], {k: v for k, v in value.items() if k != "type"}
             _check_yaml_keys(ftype, value, path, f"{prefix}{key}.")
 
 

@@ -1,0 +1,301 @@
+"""The control runtime: one tick of fusion, safety and command at a fixed rate, inference beside it.
+
+`ControlRuntime.step(now)` is everything that happens on one control tick; it never waits on inference.
+`run_realtime` calls it at a fixed wall-clock rate (sleep, then a short spin for precision) and measures
+the period of every tick; `run_lockstep` calls it on a virtual clock (lock-step simulation, benchmarks).
+Every chunk is stamped with the control-clock time of its observation; the fuser samples it at the
+current time, so the actions that became past while it was computed are skipped (delay alignment).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from real_robot.fusion import Chunk, ChunkFuser
+from real_robot.inference import InferenceRequest
+from real_robot.safety import SafetyLimiter
+from real_robot.watchdog import Watchdog
+from sim.embodiment import EmbodimentSpec
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RuntimeConfig:
+    control_hz: float = 100.0  # command rate sent to the robot
+    request_threshold: float = 0.5  # ask for the next chunk when this fraction of the last chunk is left
+    schedule: str = "async"  # async | sync (baseline: the arm holds still while the policy computes)
+    sync_action_steps: int = 5  # sync: actions executed from each chunk before asking again
+    watchdog_timeout_s: float = 1.0  # brake to a hold when no fresh chunk arrived for this long
+    spin_s: float = 0.002  # busy-wait this last part of each period (sleep alone wakes up late)
+    status_every_s: float = 0.5  # live status line period (0: off)
+
+    def __post_init__(self) -> None:
+        if self.control_hz <= 0:
+            raise ValueError(f"runtime.control_hz must be > 0, got {self.control_hz}")
+        if self.schedule not in ("async", "sync"):
+            raise ValueError(f"runtime.schedule must be 'async' or 'sync', got {self.schedule!r}")
+        if not 0 < self.request_threshold <= 1:
+            raise ValueError(f"runtime.request_threshold must be in (0, 1], got {self.request_threshold}")
+
+
+class RobotIO:
+    """Joint vectors in the embodiment's order <-> a LeRobot robot's `"<joint>.pos"` dicts."""
+
+    def __init__(self, robot, joint_names: tuple[str, ...]):
+        self.robot = robot
+        self.joint_names = joint_names
+        self.keys = [f"{j}.pos" for j in joint_names]
+
+    def observe(self) -> tuple[np.ndarray, dict]:
+        obs = self.robot.get_observation()
+        missing = [k for k in self.keys if k not in obs]
+        if missing:
+            raise KeyError(f"{type(self.robot).__name__} observation lacks {missing}; has {sorted(obs)}")
+        return np.array([float(obs[k]) for k in self.keys]), obs
+
+    def send(self, position: np.ndarray) -> None:
+        self.robot.send_action({k: float(v) for k, v in zip(self.keys, position)})
+
+
+@dataclass
+class RunLog:
+    """What the runtime did, tick by tick (for the status line, the benchmark and tests)."""
+
+    times: list[float] = field(default_factory=list)
+    targets: list[np.ndarray] = field(default_factory=list)  # fuser output (before safety)
+    commands: list[np.ndarray] = field(default_factory=list)  # sent to the robot
+    stalled: list[bool] = field(default_factory=list)
+    switch_times: list[float] = field(default_factory=list)  # chunk arrivals
+    delays: list[float] = field(default_factory=list)  # obs -> arrival (control clock), cold start excluded
+    compute_s: list[float] = field(default_factory=list)
+    periods: list[float] = field(default_factory=list)  # measured wall-clock tick periods (real time only)
+    overruns: int = 0
+
+
+class ControlRuntime:
+    def __init__(
+        self,
+        io: RobotIO,
+        inference,
+        fuser: ChunkFuser,
+        safety: SafetyLimiter,
+        spec: EmbodimentSpec,
+        cfg: RuntimeConfig,
+        policy_chunk_size: int,
+        use_prefix: bool = False,
+        on_observation: Callable[[dict, float, np.ndarray], None] | None = None,
+    ):
+        self.io, self.inference, self.fuser, self.safety, self.spec, self.cfg = (
+            io,
+            inference,
+            fuser,
+            safety,
+            spec,
+            cfg,
+        )
+        self.control_dt = 1.0 / cfg.control_hz
+        self.policy_dt = 1.0 / spec.fps
+        self.chunk_size = policy_chunk_size
+        self.use_prefix = use_prefix
+        self.on_observation = on_observation  # recording: (observation, time, last command)
+        self.watchdog = Watchdog(cfg.watchdog_timeout_s)
+        interval = (1 - cfg.request_threshold) * policy_chunk_size * self.policy_dt
+        if cfg.schedule == "async" and cfg.watchdog_timeout_s <= interval:
+            logger.warning(
+                "runtime.watchdog_timeout_s=%.2fs is shorter than the normal time between chunks (%.2fs): "
+                "the watchdog will brake in normal operation",
+                cfg.watchdog_timeout_s,
+                interval,
+            )
+        self.log = RunLog()
+        self._chunks_received = 0
+        self._sync_resume = 0.0  # sync: when the current chunk's executed part ends
+        self._waiting_sync = False
+        self._next_obs_time = 0.0
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+    def start(self, now: float = 0.0) -> None:
+        position, obs = self.io.observe()
+        start = self.safety.reset(position)
+        self.fuser.reset(start)
+        self.watchdog.start(now)
+        self._next_obs_time = now
+        self._request(obs, now)
+
+    def warm_up(self, runner) -> None:
+        """One untimed inference before the clock starts, so cold start never counts as delay."""
+        _, obs = self.io.observe()
+        runner(InferenceRequest(obs, 0.0))
+
+    def brake_ticks(self) -> int:
+        """Ticks that bring the arm from its current speed to rest at full deceleration (plus margin)."""
+        v = np.abs(self.safety.state.velocity)
+        return int(np.max(np.ceil(v / (self.safety.amax * self.control_dt)))) + 2
+
+    def safe_stop_step(self) -> np.ndarray:
+        """One tick of braking to a hold (Ctrl-C, errors, end of episode)."""
+        command = self.safety.filter(None)
+        self.io.send(command)
+        return command
+
+    # ---- one control tick ----------------------------------------------------------------------------
+    def step(self, now: float) -> np.ndarray:
+        result = self.inference.poll(now)
+        if result is not None:
+            self._accept(result, now)
+
+        observation = None
+        if now + 1e-9 >= self._next_obs_time and self.on_observation is not None:
+            _, observation = self.io.observe()
+            self.on_observation(observation, now, self.safety.state.position)
+            self._next_obs_time += self.policy_dt
+        if not self.inference.busy and self._wants_chunk(now):
+            if observation is None:
+                _, observation = self.io.observe()
+            self._request(observation, now)
+
+        # A stall: the arm has nothing left to execute (waiting for the very first chunk is start-up).
+        stalled = self._chunks_received > 0 and (self.fuser.remaining(now) <= 0 or self._waiting_sync)
+        if self.watchdog.expired(now) or self._waiting_sync:
+            target = None  # brake to a hold
+        else:
+            target = self.fuser.command(now)
+        command = self.safety.filter(target)
+        self.io.send(command)
+
+        log = self.log
+        log.times.append(now)
+        log.targets.append(command if target is None else np.asarray(target, dtype=np.float64))
+        log.commands.append(command)
+        log.stalled.append(bool(stalled))
+        return command
+
+    def _wants_chunk(self, now: float) -> bool:
+        if self.cfg.schedule == "sync":
+            if not self._waiting_sync and now + 1e-9 >= self._sync_resume:
+                self._waiting_sync = True
+                return True
+            return False
+        left = self.fuser.remaining(now)
+        return left <= self.cfg.request_threshold * self.chunk_size * self.policy_dt
+
+    def _request(self, observation: dict, now: float) -> None:
+        prefix, delay = None, 0
+        if self.use_prefix and self._chunks_received > 0:
+            n = int(np.clip(math.floor(self.fuser.remaining(now) / self.policy_dt), 0, self.chunk_size))
+            if n > 0:
+                prefix = self.fuser.planned_actions(now, self.policy_dt, n)
+                delay = min(n, self.expected_delay_steps())
+        self.inference.submit(InferenceRequest(observation, now, prefix, delay), now)
+
+    def expected_delay_steps(self) -> int:
+        """Policy steps a chunk is expected to take (the slowest of the last few), for prefix inpainting."""
+        recent = self.log.delays[-5:]
+        return int(math.ceil(max(recent) / self.policy_dt)) if recent else 1
+
+    def _accept(self, result, now: float) -> None:
+        obs_time = result.obs_time
+        if self._chunks_received > 0:  # the first answer includes warm-up effects: not a delay sample
+            self.log.delays.append(now - obs_time)
+        self.log.compute_s.append(result.compute_s)
+        if self.cfg.schedule == "sync":
+            # The arm held still while the policy computed: the chunk still starts where it was computed.
+            obs_time = now
+            self._waiting_sync = False
+            self._sync_resume = now + self.cfg.sync_action_steps * self.policy_dt
+        self._chunks_received += 1
+        self.fuser.add_chunk(Chunk(result.actions, obs_time, self.policy_dt), now, self.safety.state)
+        self.watchdog.feed(now)
+        self.log.switch_times.append(now)
+
+    # ---- status --------------------------------------------------------------------------------------
+    def status_line(self, now: float) -> str:
+        periods = np.asarray(self.log.periods[-200:])
+        rate = 1.0 / periods.mean() if len(periods) else float("nan")
+        p99 = np.percentile(np.abs(periods - self.control_dt), 99) * 1e3 if len(periods) else float("nan")
+        delay = self.log.delays[-1] * 1e3 if self.log.delays else float("nan")
+        queued = max(0.0, self.fuser.remaining(now)) / self.policy_dt
+        rejected = sum(self.safety.rejections.values())
+        return (
+            f"t={now:6.1f}s loop {rate:6.1f} Hz (jitter p99 {p99:5.2f} ms) | inference delay {delay:5.0f} ms"
+            f" | queue {queued:4.1f} actions | chunks {self._chunks_received} | stalls {sum(self.log.stalled)}"
+            f" | watchdog {self.watchdog.fired_count} | rejected {rejected}"
+        )
+
+
+def run_lockstep(
+    runtime: ControlRuntime, duration_s: float, stop: Callable[[], bool] | None = None
+) -> RunLog:
+    """Ticks on a virtual clock: inference delay comes from the inference object, not from wall time."""
+    runtime.start(0.0)
+    n = int(round(duration_s * runtime.cfg.control_hz))
+    try:
+        for tick in range(n):
+            runtime.step(tick * runtime.control_dt)
+            if stop is not None and stop():
+                break
+    finally:
+        if runtime.safety.started:
+            for _ in range(runtime.brake_ticks()):
+                runtime.safe_stop_step()
+    return runtime.log
+
+
+def run_realtime(
+    runtime: ControlRuntime, duration_s: float, stop: Callable[[], bool] | None = None, status=sys.stderr
+) -> RunLog:
+    """Ticks at `control_hz` of wall-clock time; any exception or Ctrl-C brakes the arm to a hold first."""
+    cfg = runtime.cfg
+    period = runtime.control_dt
+    # The inference thread would otherwise hold the GIL for up to 5 ms when the control tick is due.
+    old_switch = sys.getswitchinterval()
+    sys.setswitchinterval(min(old_switch, 2e-4))
+    next_status = cfg.status_every_s
+    runtime.start(0.0)
+    t0 = time.perf_counter()
+    deadline, last_start, tick = t0, None, 0
+    try:
+        while tick * period < duration_s:
+            start = time.perf_counter()
+            if last_start is not None:
+                runtime.log.periods.append(start - last_start)
+            last_start = start
+            now = tick * period
+            runtime.step(now)
+            if stop is not None and stop():
+                break
+            if status is not None and cfg.status_every_s > 0 and now >= next_status:
+                status.write("\r" + runtime.status_line(now))
+                status.flush()
+                next_status += cfg.status_every_s
+            tick += 1
+            deadline = _wait_until(deadline + period, cfg.spin_s)
+            if time.perf_counter() - deadline > period:  # fell a whole period behind: do not burst
+                runtime.log.overruns += 1
+                deadline = time.perf_counter()
+    finally:
+        deadline = time.perf_counter()
+        for _ in range(runtime.brake_ticks() if runtime.safety.started else 0):
+            runtime.safe_stop_step()
+            deadline = _wait_until(deadline + period, cfg.spin_s)
+        sys.setswitchinterval(old_switch)
+        if status is not None and cfg.status_every_s > 0:
+            status.write("\n")
+    return runtime.log
+
+
+def _wait_until(deadline: float, spin_s: float) -> float:
+    left = deadline - time.perf_counter()
+    if left > spin_s:
+        time.sleep(left - spin_s)
+    while time.perf_counter() < deadline:
+        pass
+    return deadline
