@@ -1,0 +1,232 @@
+"""RL fine-tuning of a BC policy in imagination, with the simulator used only to evaluate.
+
+    python finetune_policy.py --config configs/finetune/tiny.yaml --policy.path=... --world_model=...
+
+Training episodes start from a pool of real first observations (simulator resets, rendered and never
+stepped, or dataset episodes) and run only in the world model (`rl_finetune.grpo`). Every
+`eval.every` iterations the policy is evaluated in imagination and in the simulator from the same held-out
+starts; imagined and simulated success are logged side by side. When they drift apart by more than
+`eval.max_gap`, the policy is exploiting the world model: training stops and the policy rolls back to the
+last evaluated weights whose gap was within the margin.
+
+Simulator physics steps are counted around every training iteration (`rl_finetune.sim_steps`); the run
+fails if training used any, and the summary reports the evaluation's sim steps separately.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from common.checkpoint import save_json
+from data.dataset import DatasetConfig, EpisodeDataset
+from rl_finetune import initial_states
+from rl_finetune.grpo import GRPOConfig, GRPOTrainer
+from rl_finetune.imagination_eval import check_cameras, evaluate_in_imagination
+from rl_finetune.policy_ranking import sim_starts
+from rl_finetune.sim_steps import count_sim_steps
+from vla.factory import load_policy
+from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
+from world_model.model import WorldModel
+from world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
+
+
+@dataclass
+class PolicyPath:
+    path: str = ""  # the BC policy to start from (a pretrained policy directory)
+
+
+@dataclass
+class StartsConfig:
+    source: str = "sim"  # sim (reset frames, physics never stepped) | dataset (first frames of episodes)
+    count: int = 32  # distinct initial states in the training pool
+    seed: int = 0  # sim: reset seeds seed..seed+count-1 (keep clear of eval.seed)
+    dataset_root: str = ""  # dataset: a LeRobotDataset v3 directory; its first `count` episodes
+
+
+@dataclass
+class FinetuneEvalConfig:
+    every: int = 10  # iterations between evaluations (and at the start and the end)
+    episodes: int = 20  # held-out starts, evaluated in imagination and in the simulator
+    seed: int = 100_000  # sim seeds of the held-out starts (as evaluate_policy.py)
+    batch_envs: int = 10
+    max_gap: float = 0.25  # |imagined - sim| success beyond this -> roll back and stop
+    sim: SimEvalConfig = field(default_factory=lambda: SimEvalConfig(videos=0))
+
+
+@dataclass
+class FinetunePolicyConfig:
+    policy: PolicyPath = field(default_factory=PolicyPath)
+    world_model: str = ""  # a pretrained world-model directory
+    output_dir: str = "outputs/finetune/tiny"
+    iterations: int = 30
+    seed: int = 0
+    device: str = "cpu"
+    env: WorldModelEnvConfig = field(default_factory=WorldModelEnvConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    starts: StartsConfig = field(default_factory=StartsConfig)
+    eval: FinetuneEvalConfig = field(default_factory=FinetuneEvalConfig)
+
+    def validate(self) -> None:
+        if not self.policy.path:
+            raise ValueError("--policy.path is required: the BC policy directory to fine-tune")
+        if not self.world_model:
+            raise ValueError("--world_model is required: a directory written by train_world_model.py")
+        if self.starts.source not in ("sim", "dataset"):
+            raise ValueError(f"starts.source={self.starts.source!r}; expected 'sim' or 'dataset'")
+        if self.starts.source == "dataset" and not self.starts.dataset_root:
+            raise ValueError("starts.source=dataset needs starts.dataset_root")
+        if self.iterations < 1 or self.eval.every < 1 or self.eval.episodes < 1:
+            raise ValueError("iterations, eval.every and eval.episodes must be >= 1")
+        self.env.validate()
+        self.grpo.validate()
+
+
+def training_starts(cfg: FinetunePolicyConfig, env: WorldModelEnv) -> InitialStates:
+    s = cfg.starts
+    if s.source == "dataset":
+        dataset = EpisodeDataset(DatasetConfig(root=s.dataset_root, cameras=list(env.cameras)))
+        episodes = dataset.episode_indices[: s.count]
+        return initial_states.from_dataset(dataset, episodes, env.cameras, context=1)
+    if s.seed + s.count > cfg.eval.seed and cfg.eval.seed + cfg.eval.episodes > s.seed:
+        raise ValueError(
+            f"training start seeds {s.seed}..{s.seed + s.count - 1} overlap the evaluation seeds "
+            f"{cfg.eval.seed}..{cfg.eval.seed + cfg.eval.episodes - 1}"
+        )
+    return sim_starts(env, cfg.eval.sim, s.count, s.seed)
+
+
+def evaluate(policy, env: WorldModelEnv, starts: InitialStates, cfg: FinetuneEvalConfig, device: str) -> dict:
+    """Imagined and simulated success from the same held-out starts; sim steps counted."""
+    imagined, _ = evaluate_in_imagination(policy, env, starts, cfg.seed, cfg.batch_envs, progress_bar=False)
+    with count_sim_steps() as counter:
+        simulated = evaluate_in_sim(policy, cfg.sim, cfg.episodes, cfg.seed, None, device, progress_bar=False)
+    return {
+        "imagined_success": imagined["success_rate"],
+        "imagined_success_ci95": imagined["success_ci95"],
+        "imagined_progress": imagined["mean_progress"],
+        "sim_success": simulated["success_rate"],
+        "sim_success_ci95": simulated["success_ci95"],
+        "sim_progress": simulated["mean_progress"],
+        "gap": imagined["success_rate"] - simulated["success_rate"],
+        "sim_steps": counter.steps,
+    }
+
+
+def finetune(cfg: FinetunePolicyConfig) -> dict:
+    cfg.validate()
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    policy = load_policy(cfg.policy.path, cfg.device)
+    env = WorldModelEnv(WorldModel.from_pretrained(cfg.world_model, cfg.device), cfg.env)
+    check_cameras(policy, env)
+    if cfg.env.horizon != cfg.eval.sim.max_steps:
+        raise ValueError(
+            f"env.horizon={cfg.env.horizon} differs from eval.sim.max_steps={cfg.eval.sim.max_steps}: "
+            "imagined and simulated episodes must last as long"
+        )
+    pool = training_starts(cfg, env)
+    held_out = sim_starts(env, cfg.eval.sim, cfg.eval.episodes, cfg.eval.seed)
+    trainer = GRPOTrainer(policy, env, cfg.grpo, seed=cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    history, evaluations = [], []
+    train_sim_steps = 0
+    good = {k: v.clone() for k, v in policy.state_dict().items()}
+    stopped = None
+    t0 = time.perf_counter()
+
+    def run_eval(iteration: int) -> dict:
+        ev = {"iteration": iteration, **evaluate(policy, env, held_out, cfg.eval, cfg.device)}
+        evaluations.append(ev)
+        tqdm.write(
+            f"iter {iteration}: imagined success {ev['imagined_success']:.2f}, sim success "
+            f"{ev['sim_success']:.2f} (gap {ev['gap']:+.2f})"
+        )
+        return ev
+
+    run_eval(0)
+    metrics = open(out / "metrics.jsonl", "w")
+    for it in tqdm(range(1, cfg.iterations + 1), desc="GRPO in imagination"):
+        index = rng.choice(pool.batch_size, size=cfg.grpo.starts_per_iteration, replace=False).tolist()
+        with count_sim_steps() as counter:
+            logs = trainer.step(pool.select(index))
+        train_sim_steps += counter.steps
+        logs = {"iteration": it, "seconds": time.perf_counter() - t0, **logs}
+        history.append(logs)
+        metrics.write(json.dumps(logs) + "\n")
+        metrics.flush()
+        if it % cfg.eval.every == 0 or it == cfg.iterations:
+            ev = run_eval(it)
+            if abs(ev["gap"]) > cfg.eval.max_gap:
+                policy.load_state_dict(good)
+                stopped = (
+                    f"iteration {it}: |imagined - sim| = {abs(ev['gap']):.2f} > max_gap {cfg.eval.max_gap}; "
+                    f"rolled back to the weights of iteration {evaluations[-2]['iteration']}"
+                )
+                tqdm.write(stopped)
+                break
+            good = {k: v.clone() for k, v in policy.state_dict().items()}
+    metrics.close()
+    if train_sim_steps != 0:
+        raise RuntimeError(
+            f"training stepped the simulator {train_sim_steps} times; it must use imagination only"
+        )
+    policy.save_pretrained(out / "pretrained_model")
+    summary = {
+        "policy": cfg.policy.path,
+        "world_model": cfg.world_model,
+        "iterations_run": len(history),
+        "train_sim_steps": train_sim_steps,
+        "eval_sim_steps": sum(e["sim_steps"] for e in evaluations),
+        "imagined_env_steps_per_iteration": cfg.grpo.starts_per_iteration
+        * cfg.grpo.group_size
+        * cfg.env.horizon,
+        "wall_seconds": time.perf_counter() - t0,
+        "stopped": stopped,
+        "before": evaluations[0],
+        "after": evaluations[-1] if stopped is None else evaluations[-2],
+        "evaluations": evaluations,
+        "config": asdict(cfg),
+    }
+    save_json(summary, out / "summary.json")
+    plot_learning_curve(history, evaluations, out / "learning_curve.png")
+    return summary
+
+
+def plot_learning_curve(history: list[dict], evaluations: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if history:
+        ax.plot([h["iteration"] for h in history], [h["imagined/success"] for h in history], color="tab:blue",
+                alpha=0.4, label="imagined success (training rollouts)")  # fmt: skip
+    its = [e["iteration"] for e in evaluations]
+    for key, colour, label in (("imagined_success", "tab:blue", "imagined (held-out)"), ("sim_success", "tab:red", "sim (held-out)")):  # fmt: skip
+        lo = [e[key] - e[f"{key}_ci95"][0] for e in evaluations]
+        hi = [e[f"{key}_ci95"][1] - e[key] for e in evaluations]
+        ax.errorbar(
+            its,
+            [e[key] for e in evaluations],
+            yerr=[lo, hi],
+            color=colour,
+            marker="o",
+            capsize=3,
+            label=label,
+        )
+    ax.set_xlabel("GRPO iteration (imagination only)")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(-0.05, 1.05)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

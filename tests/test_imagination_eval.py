@@ -1,0 +1,118 @@
+"""Policy evaluation in imagination, ranking against the simulator and fine-tuning, end to end on tiny
+random models (16x16 frames, 4-step episodes)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
+
+from rl_finetune.grpo import GRPOConfig
+from rl_finetune.imagination_eval import ImaginationEvalConfig, evaluate_in_imagination, side_by_side
+from rl_finetune.policy_finetune import (
+    FinetuneEvalConfig,
+    FinetunePolicyConfig,
+    PolicyPath,
+    StartsConfig,
+    finetune,
+)
+from rl_finetune.policy_ranking import fold_cli_args, rank_policies
+from vla.sim_evaluation import SimEvalConfig
+from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
+
+SIM = SimEvalConfig(task="reach", max_steps=4, batch_envs=2, videos=1)
+
+
+def test_imagination_eval_is_seeded_and_summarised(tmp_path):
+    env = WorldModelEnv(tiny_world_model(), WorldModelEnvConfig(horizon=4))
+    policy, starts = tiny_policy(), random_starts(5)
+    a, clips = evaluate_in_imagination(
+        policy, env, starts, seed=3, batch_envs=2, video_dir=tmp_path, videos=2
+    )
+    b, _ = evaluate_in_imagination(policy, env, starts, seed=3, batch_envs=2, progress_bar=False)
+    assert a["per_episode"] == b["per_episode"]
+    assert a["episodes"] == 5 and a["successes"] == sum(r["success"] for r in a["per_episode"])
+    lo, hi = a["success_ci95"]
+    assert 0 <= lo <= a["success_rate"] <= hi <= 1
+    assert all(r["length"] <= 4 and 0 <= r["progress"] <= 1 for r in a["per_episode"])
+    assert len(clips) == 2 and clips[0][0].shape == (16, 16, 3) and clips[0][0].dtype == np.uint8
+    assert len(clips[0]) == 1 + 4 or a["per_episode"][0]["success"]  # initial frame + one per step
+    assert len(list((tmp_path / "videos").glob("imagined_*.mp4"))) == 2
+
+
+def test_policy_cameras_must_be_drawn_by_the_world_model():
+    env = WorldModelEnv(tiny_world_model(), WorldModelEnvConfig(horizon=2))
+    with pytest.raises(ValueError, match="wrist"):
+        evaluate_in_imagination(tiny_policy(cameras=("front", "wrist")), env, random_starts(2), seed=0)
+
+
+def test_side_by_side_holds_the_shorter_clip():
+    left = [np.zeros((4, 4, 3), np.uint8)] * 3
+    right = [np.full((4, 6, 3), 9, np.uint8)] * 5
+    out = side_by_side(left, right)
+    assert len(out) == 5 and out[-1].shape == (4, 12, 3) and out[-1][0, 0, 0] == 0 and out[-1][0, -1, 0] == 9
+
+
+def test_cli_spelling_of_rank_and_compare_sim():
+    assert fold_cli_args(["--rank", "a", "b/c", "--compare-sim", "--episodes=3"]) == [
+        "--rank=[a,b/c]",
+        "--compare_sim=true",
+        "--episodes=3",
+    ]
+
+
+@pytest.fixture
+def saved_models(tmp_path):
+    wm = tmp_path / "wm"
+    tiny_world_model().save_pretrained(wm)
+    policies = []
+    for i in range(2):
+        path = tmp_path / f"policy_{i}"
+        tiny_policy(seed=i).save_pretrained(path)
+        policies.append(str(path))
+    return str(wm), policies
+
+
+@pytest.mark.slow  # two policies x (imagination + sim) with videos and a plot: ~10 s on the shared machine
+def test_rank_against_sim_from_the_same_starts(tmp_path, saved_models):
+    wm, policies = saved_models
+    cfg = ImaginationEvalConfig(world_model=wm, horizon=4, batch_envs=2, videos=1)
+    result = rank_policies(policies, cfg, SIM, episodes=3, seed=100, output_dir=tmp_path / "rank")
+    assert [r["policy"] for r in result["rows"]] == ["policy_0", "policy_1"]
+    for row in result["rows"]:
+        assert 0 <= row["imagined"] <= 1 and 0 <= row["sim"] <= 1
+        assert row["gap"] == pytest.approx(row["imagined"] - row["sim"])
+    assert set(result["ranking"]) >= {"pearson", "spearman", "mmrv"}
+    assert (tmp_path / "rank" / "imagined_vs_sim.png").stat().st_size > 1000
+    saved = json.loads((tmp_path / "rank" / "ranking.json").read_text())
+    record = saved["policies"]["policy_0"]
+    assert record["imagination"]["sim_steps"] == 0  # imagination never steps the physics
+    assert record["sim"]["sim_steps"] == sum(e["length"] for e in record["sim"]["per_episode"]) > 0
+    sim_seeds = [e["seed"] for e in record["sim"]["per_episode"]]
+    assert sim_seeds == [100, 101, 102]
+    assert [e["task"] for e in record["sim"]["per_episode"]] == [
+        e["task"] for e in record["imagination"]["per_episode"]
+    ]
+    assert list((tmp_path / "rank" / "policy_0" / "videos").glob("sim_vs_imagined_*.mp4"))
+
+
+def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_models):
+    wm, policies = saved_models
+    cfg = FinetunePolicyConfig(
+        policy=PolicyPath(policies[0]),
+        world_model=wm,
+        output_dir=str(tmp_path / "ft"),
+        iterations=2,
+        env=WorldModelEnvConfig(horizon=4),
+        grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
+        starts=StartsConfig(count=3, seed=0),
+        eval=FinetuneEvalConfig(every=2, episodes=2, seed=100, batch_envs=2, max_gap=1.0, sim=SIM),
+    )
+    summary = finetune(cfg)
+    assert summary["train_sim_steps"] == 0 and summary["eval_sim_steps"] > 0
+    assert summary["iterations_run"] == 2 and len(summary["evaluations"]) == 2
+    assert (tmp_path / "ft" / "pretrained_model" / "model.safetensors").is_file()
+    assert (tmp_path / "ft" / "learning_curve.png").is_file()
+    assert len((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()) == 2
