@@ -162,7 +162,11 @@ class EpisodeDataset:
 
         available = [camera_of(k) for k in features if k.startswith(IMAGE_PREFIX)]
         if not available:
-            raise DatasetError(f"dataset {self.root}: no camera features ({IMAGE_PREFIX}<camera>)")
+            other = [k for k, f in features.items() if f.get("dtype") in ("image", "video")]
+            raise DatasetError(
+                f"dataset {self.root}: no camera features named {IMAGE_PREFIX}<camera>"
+                + (f"; its image features {other} need renaming to that form" if other else "")
+            )
         self.cameras: list[str] = list(cfg.cameras) or available[:1]
         for cam in self.cameras:
             if cam not in available:

@@ -139,3 +139,22 @@ def test_missing_rewards_are_filled_or_required(tmp_path):
     table = EpisodeDataset(DatasetConfig(root=str(root))).frame_table()
     assert not table.reward.any() and not table.success.any()  # filled, as documented
     assert table.done.nonzero().flatten().tolist() == [2, 6]  # True on each episode's last frame
+
+
+def test_image_key_outside_the_contract_is_named(root, tmp_path):
+    def rename(features):
+        features["observation.image"] = features.pop("observation.images.front")
+        features.pop("observation.images.wrist")
+
+    with pytest.raises(DatasetError, match=r"image features \['observation.image'\] need renaming"):
+        EpisodeDataset(DatasetConfig(root=_edit_info(root, tmp_path, rename)))
+
+
+def test_old_format_names_the_root(root, tmp_path):
+    copy = tmp_path / "old"
+    shutil.copytree(root, copy)
+    info = json.loads((copy / "meta" / "info.json").read_text())
+    info["codebase_version"] = "v2.1"
+    (copy / "meta" / "info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetError, match=rf"dataset {copy}: lerobot could not read its metadata"):
+        EpisodeDataset(DatasetConfig(root=str(copy)))
