@@ -46,7 +46,8 @@ class RecordingConfig:
     max_steps: int = 50
     terminate_on_success: bool = True
     overwrite: bool = False  # replace an existing dataset at `root`
-    image_writer_threads: int = 0  # lerobot's async PNG writer threads (0: write in the recording thread)
+    # lerobot's async PNG writer threads; 2 record ~1.6x faster than 0 (benchmarks/recording.py)
+    image_writer_threads: int = 2
 
     def validate(self) -> None:
         if self.episodes < 1:
