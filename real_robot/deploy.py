@@ -66,22 +66,20 @@ def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
     policy.reset()
     robot = robot if robot is not None else make_robot(cfg.robot, cfg.runtime.control_hz)
     torch.set_num_threads(cfg.inference_threads)
-    instruction = cfg.instruction or getattr(robot, "task", None) or ""
-    if not instruction:
-        logger.warning("no --instruction given and the robot has no task: the policy gets an empty one")
-
     fuser = make_fuser(cfg.fuser, spec, 1.0 / cfg.runtime.control_hz)
-    runner = PolicyRunner(policy, spec.joint_names, instruction, use_prefix=fuser.wants_prefix)
     safety = SafetyLimiter(spec, 1.0 / cfg.runtime.control_hz, cfg.safety)
-    recorder = None
-    if cfg.record.root is not None:
-        recorder = EpisodeRecorder(cfg.record, spec.joint_names, spec.fps, instruction, cfg.robot.type)
     success_check = getattr(robot, "task_success", None)
 
     robot.connect()
-    inference = None
+    inference, recorder = None, None
     success = False
     try:
+        instruction = cfg.instruction or getattr(robot, "task", None) or ""  # the sim knows its task
+        if not instruction:
+            logger.warning("no --instruction given and the robot has no task: the policy gets an empty one")
+        runner = PolicyRunner(policy, spec.joint_names, instruction, use_prefix=fuser.wants_prefix)
+        if cfg.record.root is not None:
+            recorder = EpisodeRecorder(cfg.record, spec.joint_names, spec.fps, instruction, cfg.robot.type)
         io = RobotIO(robot, spec.joint_names)
         inference = ThreadedInference(runner)
         runtime = ControlRuntime(
@@ -97,9 +95,15 @@ def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
         )
         runtime.warm_up(runner)
 
-        def done() -> bool:
+        ticks_per_frame = max(1, int(round(cfg.runtime.control_hz / spec.fps)))
+
+        def done() -> bool:  # checked at the policy rate: the success test reads the whole scene
             nonlocal success
-            if success_check is not None and cfg.stop_on_success:
+            if (
+                success_check is not None
+                and cfg.stop_on_success
+                and len(runtime.log.times) % ticks_per_frame == 0
+            ):
                 success = bool(success_check())
             return success
 

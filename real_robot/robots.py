@@ -79,14 +79,19 @@ def make_robot(cfg: RobotConfig, control_hz: float):
     """The robot driver for `cfg` (not yet connected)."""
     if isinstance(cfg, SimRobotConfig):
         from sim.robot import SimRobot
+        from sim.robot import SimRobotConfig as SimDriverConfig
 
-        return SimRobot(
+        if control_hz != int(control_hz):
+            raise ValueError(f"runtime.control_hz={control_hz}: the sim robot needs a whole number of Hz")
+        driver = SimDriverConfig(
             task=cfg.task,
             seed=cfg.seed,
+            control_hz=int(control_hz),  # lock-step: one physics advance of 1/control_hz per command
             image_size=cfg.image_size,
             cameras=tuple(cfg.camera_names),
-            control_hz=control_hz,
+            id=cfg.id or "sim",
         )
+        return SimRobot(driver)
     try:
         return make_robot_from_config(cfg)
     except ModuleNotFoundError as e:
