@@ -46,6 +46,24 @@ def test_mask_is_frame_causal():
     assert torch.equal(windowed, torch.tensor([[0, 0, 1, 1, 1, 1]] * 2).bool())
 
 
+def test_teacher_forced_mask_matches_its_definition():
+    clean, frame_len, window = 4, 2, 2
+    mask = cuda_ext.frame_causal_mask(14, 14, frame_len, window, torch.device("cpu"), teacher_forced=True)
+    # frame index -> (time, noisy): clean frames 0..3 have times 0..3, noisy frames 4..6 have times 1..3
+    frames = [(f, False) for f in range(clean)] + [(t, True) for t in range(1, clean)]
+    for qf, (tq, nq) in enumerate(frames):
+        for kf, (tk, nk) in enumerate(frames):
+            if nk:
+                expected = nq and tk == tq
+            else:
+                expected = tq - window < tk <= (tq - 1 if nq else tq)
+            block = mask[qf * frame_len : (qf + 1) * frame_len, kf * frame_len : (kf + 1) * frame_len]
+            assert bool(block.all()) == expected and bool(block.any()) == expected, (qf, kf)
+    with pytest.raises(ValueError, match="teacher_forced needs"):
+        q = torch.randn(1, 1, 8, 4)  # 4 frames: not 2T - 1
+        cuda_ext.block_causal_attention(q, q, q, 2, teacher_forced=True)
+
+
 def test_decode_equals_last_frame_of_full_attention():
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, 15, 16, generator=g) for _ in range(3))

@@ -19,18 +19,24 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TOLERANCE = 2e-5
 
-# name -> (B, H, Lq, Lk, D, frame_len, window, block_m, block_n); blocks None = the kernel's defaults.
+# name -> (B, H, Lq, Lk, D, frame_len, window, block_m, block_n, teacher_forced); blocks None = defaults.
 ATTENTION_CASES = {
-    "several_frames_blocks_straddle_frames": (2, 1, 30, 30, 16, 6, None, 16, 16),
-    "length_not_multiple_of_block": (1, 2, 37, 37, 24, 5, None, 16, 16),
-    "one_frame": (1, 1, 9, 9, 16, 9, None, 16, 16),
-    "window_of_two_frames": (1, 2, 40, 40, 16, 4, 2, 16, 16),
-    "window_larger_than_sequence": (1, 1, 24, 24, 16, 4, 50, 16, 16),
-    "frame_len_one_is_token_causal": (1, 1, 19, 19, 16, 1, None, 16, 16),
-    "decode_last_frame_over_kv_cache": (2, 1, 8, 40, 32, 8, None, 16, 16),
-    "decode_with_window": (1, 2, 6, 42, 16, 6, 3, 16, 16),
-    "head_dim_64_default_blocks": (1, 1, 70, 70, 64, 10, None, None, None),
-    "head_dim_128_default_blocks": (1, 1, 33, 33, 128, 11, 2, None, None),
+    "several_frames_blocks_straddle_frames": (2, 1, 30, 30, 16, 6, None, 16, 16, False),
+    "length_not_multiple_of_block": (1, 2, 37, 37, 24, 5, None, 16, 16, False),
+    "one_frame": (1, 1, 9, 9, 16, 9, None, 16, 16, False),
+    "window_of_two_frames": (1, 2, 40, 40, 16, 4, 2, 16, 16, False),
+    "window_larger_than_sequence": (1, 1, 24, 24, 16, 4, 50, 16, 16, False),
+    "frame_len_one_is_token_causal": (1, 1, 19, 19, 16, 1, None, 16, 16, False),
+    "decode_last_frame_over_kv_cache": (2, 1, 8, 40, 32, 8, None, 16, 16, False),
+    "decode_with_window": (1, 2, 6, 42, 16, 6, 3, 16, 16, False),
+    "head_dim_64_default_blocks": (1, 1, 70, 70, 64, 10, None, None, None, False),
+    "head_dim_128_default_blocks": (1, 1, 33, 33, 128, 11, 2, None, None, False),
+    # teacher-forced training layout: (2T - 1) frames; blocks straddle the clean/noisy boundary
+    "teacher_forced_t3_window2": (1, 2, 25, 25, 16, 5, 2, 16, 16, True),
+    "teacher_forced_t4_no_window": (2, 1, 42, 42, 16, 6, None, 16, 16, True),
+    "teacher_forced_window_one_sees_only_itself": (1, 1, 27, 27, 16, 9, 1, 16, 16, True),
+    "teacher_forced_window_larger_than_sequence": (1, 1, 44, 44, 32, 4, 50, 16, 16, True),
+    "teacher_forced_one_frame": (1, 1, 7, 7, 16, 7, 3, 16, 16, True),
 }
 # Inference decode through the split-KV path: name -> (B, H, Lq, Lk, D, frame_len, window, num_splits)
 DECODE_CASES = {
@@ -59,16 +65,16 @@ def _attention_case(name):
     from cuda_ext.attention import block_causal_attention_reference
     from cuda_ext.triton_kernels.attention import triton_block_causal_attention
 
-    b, h, lq, lk, d, frame_len, window, bm, bn = ATTENTION_CASES[name]
+    b, h, lq, lk, d, frame_len, window, bm, bn, teacher_forced = ATTENTION_CASES[name]
     g = torch.Generator().manual_seed(0)
     # q, k, v as the world model makes them: [B, L, H, D] projections viewed as [B, H, L, D] (not contiguous).
     q = torch.randn(b, lq, h, d, generator=g).transpose(1, 2).requires_grad_()
     k = torch.randn(b, lk, h, d, generator=g).transpose(1, 2).requires_grad_()
     v = torch.randn(b, lk, h, d, generator=g).transpose(1, 2).requires_grad_()
-    out = triton_block_causal_attention(q, k, v, frame_len, window, block_m=bm, block_n=bn)
+    out = triton_block_causal_attention(q, k, v, frame_len, window, None, teacher_forced, bm, bn)
     grad = torch.randn(out.shape, generator=g)
     grads = torch.autograd.grad(out, (q, k, v), grad)
-    ref = block_causal_attention_reference(q, k, v, frame_len, window)
+    ref = block_causal_attention_reference(q, k, v, frame_len, window, None, teacher_forced)
     ref_grads = torch.autograd.grad(ref, (q, k, v), grad)
     return _max_errors((out, *grads), (ref, *ref_grads))
 
