@@ -8,7 +8,7 @@ returns `"<joint>.pos"` floats and one HxWx3 uint8 image per camera. It does not
 episode (new layout and instruction).
 
 `observation_to_frame` / `observation_to_batch` turn a robot observation into the dataset keys and the
-policy batch; `action_to_vector` / `vector_to_action` convert between action dicts and joint vectors.
+policy batch (`frame_to_batch` does the latter for an env observation); `action_to_vector` / `vector_to_action` convert between action dicts and joint vectors.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data.features import STATE, TASK, image_key
+from data.features import IMAGE_PREFIX, STATE, TASK, image_key
 from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
 from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 
@@ -171,13 +171,19 @@ def observation_to_batch(
     observation: dict, joint_names: tuple[str, ...], cameras: tuple[str, ...], task: str, device="cpu"
 ) -> dict:
     """A robot observation as a policy batch of one: images float [1, 3, H, W] in [0, 1], state [1, n]."""
+    return frame_to_batch(observation_to_frame(observation, joint_names, cameras), task, device)
+
+
+def frame_to_batch(frame: dict[str, np.ndarray], task: str, device="cpu") -> dict:
+    """Dataset-keyed observations (a `TabletopEnv` observation, a recorded frame) as a policy batch of one."""
     import torch
 
-    frame = observation_to_frame(observation, joint_names, cameras)
+    if STATE not in frame:
+        raise KeyError(f"frame has no {STATE!r}; it has {sorted(frame)}")
     batch = {
         key: torch.from_numpy(value).to(device).permute(2, 0, 1).unsqueeze(0).float().div_(255.0)
         for key, value in frame.items()
-        if key != STATE
+        if key.startswith(IMAGE_PREFIX)
     }
     batch[STATE] = torch.from_numpy(frame[STATE]).to(device).unsqueeze(0)
     batch[TASK] = [task]

@@ -12,6 +12,7 @@ from sim.robot import (
     NotConnectedError,
     SimRobot,
     SimRobotConfig,
+    frame_to_batch,
     observation_to_batch,
     observation_to_frame,
     vector_to_action,
@@ -90,3 +91,14 @@ def test_observation_to_frame_and_batch(robot):
     assert batch[TASK] == [robot.task]
     with pytest.raises(KeyError, match="missing"):
         observation_to_frame({"front": obs["front"]}, JOINTS, ("front",))
+
+
+def test_env_observation_to_batch():
+    from sim.tabletop_env import TabletopEnv
+
+    env = TabletopEnv(task="push", image_size=16)
+    obs, info = env.reset(seed=0)
+    env.close()
+    batch = frame_to_batch(obs, info["task"])
+    assert batch[image_key("wrist")].shape == (1, 3, 16, 16) and batch[STATE].shape == (1, 4)
+    assert batch[TASK] == [info["task"]]
