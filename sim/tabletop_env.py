@@ -7,7 +7,7 @@ limits. One env step lasts 1/fps s of physics. Reward is the dense task progress
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +17,9 @@ from data.features import STATE, image_key
 from sim.embodiment import TABLETOP_ARM
 from sim.tabletop_sim import TabletopSim
 from sim.tasks import TASK_KINDS, SceneState, TaskInstance, is_success, progress, sample_layout, sample_task
+
+# Measured joint positions may pass the limits slightly (MuJoCo's joint limits are soft constraints).
+STATE_LIMIT_MARGIN = 0.05  # rad
 
 
 @dataclass
@@ -40,8 +43,10 @@ class TabletopEnv(gym.Env):
 
     def __init__(self, config: TabletopEnvConfig | None = None, render_mode: str | None = None, **overrides):
         config = config or TabletopEnvConfig()
-        if overrides:
-            config = TabletopEnvConfig(**{**config.__dict__, **overrides})
+        unknown = set(overrides) - {f.name for f in fields(TabletopEnvConfig)}
+        if unknown:
+            raise ValueError(f"TabletopEnv got unknown option(s) {sorted(unknown)}; see TabletopEnvConfig")
+        config = replace(config, **overrides)
         config.validate()
         self.config = config
         self.render_mode = render_mode
@@ -50,6 +55,7 @@ class TabletopEnv(gym.Env):
         self._dt = 1.0 / self.embodiment.fps
         self.sim.substeps(self._dt)  # fail now, not mid-episode, if fps does not fit the physics step
         lo, hi = self.embodiment.lower().astype(np.float32), self.embodiment.upper().astype(np.float32)
+        margin = np.float32(STATE_LIMIT_MARGIN)
         size = config.image_size
         self.observation_space = spaces.Dict(
             {
@@ -57,7 +63,7 @@ class TabletopEnv(gym.Env):
                     image_key(c): spaces.Box(0, 255, (size, size, 3), dtype=np.uint8)
                     for c in self.sim.cameras
                 },
-                STATE: spaces.Box(lo, hi, dtype=np.float32),
+                STATE: spaces.Box(lo - margin, hi + margin, dtype=np.float32),
             }
         )
         self.action_space = spaces.Box(lo, hi, dtype=np.float32)

@@ -118,3 +118,5 @@ def test_bad_config_is_a_clear_error():
         TabletopEnv(task="stack")
     with pytest.raises(ValueError, match="camera"):
         TabletopEnv(cameras=("side",))
+    with pytest.raises(ValueError, match="imagesize"):
+        TabletopEnv(imagesize=32)
