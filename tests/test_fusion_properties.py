@@ -56,7 +56,8 @@ def test_rail_is_c2_continuous_at_every_switch_and_blend_end(stream):
     fuser.reset(start)
     for actions, obs_time, arrival in chunks:
         before = fuser.state(arrival)
-        fuser.add_chunk(Chunk(actions, obs_time, POLICY_DT), arrival, before)
+        executed = fuser.state(arrival - CONTROL_DT)  # the runtime passes the last command sent
+        fuser.add_chunk(Chunk(actions, obs_time, POLICY_DT), arrival, executed)
         _assert_state_equal(before, fuser.state(arrival), f"the switch at t={arrival:.2f}s")
         end = arrival + fuser._blend
         eps = 1e-10  # one-sided limits: the state may only change by (derivative x 2 eps)
@@ -106,7 +107,7 @@ def test_rail_converges_onto_the_delay_aligned_chunk(delay_ticks, offset, slope)
     curve = lambda t: offset + slope * t + 0.1 * t**2 - 0.05 * t**3  # noqa: E731
     actions = curve(t)[:, None] * np.ones(D)
     arrival = delay_ticks * CONTROL_DT
-    fuser.add_chunk(Chunk(actions, 0.0, POLICY_DT), arrival, fuser.state(arrival))
+    fuser.add_chunk(Chunk(actions, 0.0, POLICY_DT), arrival, fuser.state(arrival - CONTROL_DT))
     for s in np.arange(arrival + fuser._blend + 1e-6, t[-1], 0.05):
         np.testing.assert_allclose(fuser.command(s), curve(s), atol=1e-9)
 
@@ -167,3 +168,16 @@ def test_rail_is_smoother_than_naive_on_noisy_chunks():
 def test_unknown_fuser_name_is_a_clear_error():
     with pytest.raises(ValueError, match="fuser.name: unknown fuser 'bogus'"):
         make_fuser(FuserConfig(name="bogus"), SPEC, CONTROL_DT)
+
+
+def test_rail_continues_from_the_executed_command_when_safety_overrode_the_plan():
+    """After a watchdog brake the arm stands still elsewhere than the plan: the blend starts from there."""
+    fuser = RailFuser(SPEC, CONTROL_DT)
+    fuser.reset(np.zeros(D))
+    ramp = 0.1 * np.arange(1, 11)[:, None] * np.ones(D)
+    fuser.add_chunk(Chunk(ramp, 0.0, POLICY_DT), 0.0, KinematicState.at_rest(np.zeros(D)))
+    held = KinematicState.at_rest(np.full(D, 0.05))  # braked to a hold at 0.05 while the plan went on
+    fuser.add_chunk(Chunk(ramp + 0.4, 0.4, POLICY_DT), 0.5, held)
+    start = fuser.state(0.5)
+    np.testing.assert_allclose(start.position, 0.05, atol=1e-12)
+    np.testing.assert_allclose(start.velocity, 0.0, atol=1e-12)

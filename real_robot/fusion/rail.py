@@ -78,9 +78,16 @@ class RailFuser(ChunkFuser):
         if chunk.obs_time < self._last_obs_time:
             return  # computed from an older observation than the executing chunk: stale
         start = self.state(now)
-        # Safety (limits, watchdog brake) may have overridden the plan: continue from what was executed.
-        if np.max(np.abs(start.position - executed.position)) > self.resync_tolerance:
-            start = executed
+        # `executed` is the last command sent (one tick ago). If safety (limits, the watchdog's brake)
+        # moved it off the plan, continue from it, extrapolated to now, instead of from the plan.
+        planned_prev = self.state(now - self.control_dt).position
+        if np.max(np.abs(planned_prev - executed.position)) > self.resync_tolerance:
+            dt = self.control_dt
+            start = KinematicState(
+                executed.position + executed.velocity * dt + 0.5 * executed.acceleration * dt**2,
+                executed.velocity + executed.acceleration * dt,
+                executed.acceleration,
+            )
         traj = self.smoother.fit(chunk, now)
         q_p, q_v, q_a = traj.evaluate(now)
         dp, dv, da = start.position - q_p, start.velocity - q_v, start.acceleration - q_a
