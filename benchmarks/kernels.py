@@ -3,7 +3,8 @@
     python benchmarks/kernels.py                      # defaults below
     python benchmarks/kernels.py --repeats=50 --dtype=float16
 
-On a CUDA machine, for world-model shapes (frames x tokens/frame: 8x64, 16x256, 32x1024; head dim 64):
+On a CUDA machine, for world-model shapes (frames x tokens/frame: 8x64, 16x256, 32x1024; head dim 64; and
+the teacher-forced training layout with 2T - 1 frames):
 - block-causal attention: our Triton kernel vs SDPA with a dense boolean mask, FlexAttention (compiled)
   with a block mask, and xformers' memory-efficient attention with the mask as an additive bias (when
   xformers is installed);
@@ -21,11 +22,12 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
+import torch.nn.functional as F
 from _common import print_table, write_result
 
 from common.config import parse_cli
 from cuda_ext.adaln import adaln_modulate_reference, gated_residual_adaln_reference
-from cuda_ext.attention import block_causal_attention_reference, frame_causal_mask
+from cuda_ext.attention import frame_causal_mask
 from cuda_ext.denoise import denoise_step_reference
 
 
@@ -35,11 +37,19 @@ class KernelBenchmarkConfig:
     warmup: int = 5
     dtype: str = "bfloat16"  # GPU input dtype (CPU timings use float32)
     head_dim: int = 64
+    window: int = 0  # attention window in frames; 0 = all earlier frames
 
 
-# (batch, heads, frames, tokens per frame)
-GPU_ATTENTION_SHAPES = [(4, 16, 8, 64), (2, 16, 16, 256), (1, 8, 32, 1024)]
-CPU_ATTENTION_SHAPES = [(1, 8, 8, 64)]
+# (layout, batch, heads, frames, tokens per frame); teacher-forced (training) has 2T - 1 frames
+GPU_ATTENTION_SHAPES = [
+    ("block_causal", 4, 16, 8, 64),
+    ("block_causal", 2, 16, 16, 256),
+    ("block_causal", 1, 8, 32, 1024),
+    ("teacher_forced", 4, 16, 15, 64),
+    ("teacher_forced", 2, 16, 15, 256),
+    ("teacher_forced", 1, 8, 31, 1024),
+]
+CPU_ATTENTION_SHAPES = [("block_causal", 1, 8, 8, 64), ("teacher_forced", 1, 8, 7, 64)]
 # AdaLN x [batch, frames * tokens, channels]; denoise latent [batch, frames, channels, height, width]
 GPU_ADALN_SHAPES = [(8, 16, 256, 768)]
 CPU_ADALN_SHAPES = [(4, 8, 64, 192)]
@@ -85,24 +95,33 @@ def _forward_backward(attn: Callable, q, k, v) -> Callable[[], object]:
     return run
 
 
-def attention_methods(frame_len: int, length: int, device: torch.device) -> dict[str, Callable]:
+def attention_methods(
+    frame_len: int, length: int, window: int | None, teacher_forced: bool, device: torch.device
+) -> dict[str, Callable]:
     """name -> attn(q, k, v) for every method that can run here (masks built once, outside the timing)."""
-    methods = {"sdpa_dense_mask": lambda q, k, v: block_causal_attention_reference(q, k, v, frame_len)}
+    mask = frame_causal_mask(length, length, frame_len, window, device, teacher_forced)
+    methods = {"sdpa_dense_mask": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)}
     if device.type != "cuda":
         return methods
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     compiled_flex = torch.compile(flex_attention)
+    clean = (length // frame_len + 1) // 2 if teacher_forced else length  # all tokens clean when not TF
 
-    def frame_causal(b, h, q_idx, kv_idx):
-        return kv_idx // frame_len <= q_idx // frame_len
+    def frame_rule(b, h, q_idx, kv_idx):
+        # the same rule as cuda_ext.frame_causal_mask, written in index arithmetic for FlexAttention
+        fq, fk = q_idx // frame_len, kv_idx // frame_len
+        nq, nk = fq >= clean, fk >= clean
+        tq, tk = torch.where(nq, fq - clean + 1, fq), torch.where(nk, fk - clean + 1, fk)
+        allowed = ~nk & (tk <= tq - nq.to(tq.dtype))
+        if window is not None:
+            allowed = allowed & (tk > tq - window)
+        return allowed | (nq & nk & (tk == tq))
 
-    block_mask = create_block_mask(frame_causal, None, None, length, length, device=device)
+    block_mask = create_block_mask(frame_rule, None, None, length, length, device=device)
     methods["flex_block_mask"] = lambda q, k, v: compiled_flex(q, k, v, block_mask=block_mask)
     try:
         import xformers.ops as xops
-
-        mask = frame_causal_mask(length, length, frame_len, None, device)
 
         def xformers_bias(q, k, v):
             bias = torch.zeros(mask.shape, device=q.device, dtype=q.dtype).masked_fill(~mask, float("-inf"))
@@ -115,19 +134,23 @@ def attention_methods(frame_len: int, length: int, device: torch.device) -> dict
         print("xformers is not installed: its column is skipped")
     from cuda_ext.triton_kernels.attention import triton_block_causal_attention
 
-    methods["triton_block_causal"] = lambda q, k, v: triton_block_causal_attention(q, k, v, frame_len)
+    methods["triton_block_causal"] = lambda q, k, v: triton_block_causal_attention(
+        q, k, v, frame_len, window, None, teacher_forced
+    )
     return methods
 
 
 def bench_attention(cfg, device, dtype, shapes) -> list[dict]:
     rows = []
-    for batch, heads, frames, tokens in shapes:
+    window = cfg.window or None
+    for layout, batch, heads, frames, tokens in shapes:
         length = frames * tokens
+        teacher_forced = layout == "teacher_forced"
         q, k, v = (
             torch.randn(batch, heads, length, cfg.head_dim, device=device, dtype=dtype, requires_grad=True)
             for _ in range(3)
         )
-        for name, attn in attention_methods(tokens, length, device).items():
+        for name, attn in attention_methods(tokens, length, window, teacher_forced, device).items():
             with torch.no_grad():
                 fwd = measure(partial(attn, q, k, v), device, cfg)
             fwd_bwd = measure(_forward_backward(attn, q, k, v), device, cfg)
@@ -135,7 +158,7 @@ def bench_attention(cfg, device, dtype, shapes) -> list[dict]:
                 {
                     "op": "attention",
                     "device": device.type,
-                    "shape": f"B{batch} H{heads} {frames}x{tokens} D{cfg.head_dim}",
+                    "shape": f"{layout} B{batch} H{heads} {frames}x{tokens} D{cfg.head_dim} window={window}",
                     "method": name,
                     "fwd_ms": fwd["ms"],
                     "fwd_bwd_ms": fwd_bwd["ms"],
