@@ -87,7 +87,7 @@ def main() -> None:
     r = result["ranking"]
     print(f"\nPearson r {r['pearson']:.3f}  Spearman rho {r['spearman']:.3f}  MMRV {r['mmrv']:.3f}")
 
-    env = load_world_model_env(im_cfg)
+    env = load_world_model_env(im_cfg, sim_cfg)
     starts = sim_starts(env, sim_cfg, cfg.batch_envs, cfg.seed)
     speed = {f"steps_per_s_cache_{c}": throughput(env, starts, c) for c in (True, False)}
     print_table([{"batch": cfg.batch_envs, **speed}], title="\nimagined env steps / s (no policy)")

@@ -29,15 +29,17 @@ from world_model.world_model_env import InitialStates, WorldModelEnv, WorldModel
 @dataclass
 class ImaginationEvalConfig:
     world_model: str = ""  # a pretrained world-model directory (config.yaml, model.safetensors, stats.json)
-    horizon: int = 50  # imagined steps per episode (the sim's max_steps)
+    horizon: int = 0  # imagined steps per episode; 0 -> the simulator evaluation's max_steps
     sampler_steps: int = 0  # denoising steps per frame; 0 -> the world model's own config
     success_threshold: float = 0.5
     batch_envs: int = 10  # episodes imagined together
     videos: int = 4  # episodes written as mp4; 0 for none
 
-    def env_config(self) -> WorldModelEnvConfig:
+    def env_config(self, sim_max_steps: int) -> WorldModelEnvConfig:
         return WorldModelEnvConfig(
-            horizon=self.horizon, sampler_steps=self.sampler_steps, success_threshold=self.success_threshold
+            horizon=self.horizon or sim_max_steps,
+            sampler_steps=self.sampler_steps,
+            success_threshold=self.success_threshold,
         )
 
 

@@ -49,10 +49,14 @@ def fold_cli_args(args: list[str]) -> list[str]:
     return out
 
 
-def load_world_model_env(cfg: ImaginationEvalConfig, device: str = "cpu") -> WorldModelEnv:
+def load_world_model_env(
+    cfg: ImaginationEvalConfig, sim_cfg: SimEvalConfig, device: str = "cpu"
+) -> WorldModelEnv:
     if not cfg.world_model:
         raise ValueError("--imagination.world_model is required: a directory written by train_world_model.py")
-    return WorldModelEnv(WorldModel.from_pretrained(cfg.world_model, device), cfg.env_config())
+    return WorldModelEnv(
+        WorldModel.from_pretrained(cfg.world_model, device), cfg.env_config(sim_cfg.max_steps)
+    )
 
 
 def sim_starts(env: WorldModelEnv, sim_cfg: SimEvalConfig, episodes: int, seed: int) -> InitialStates:
@@ -177,23 +181,31 @@ def plot_scatter(rows: list[dict], report: dict, path: Path) -> None:
 def rank_policies(
     policy_paths: list[str],
     im_cfg: ImaginationEvalConfig,
-    sim_cfg: SimEvalConfig | None,
+    sim_cfg: SimEvalConfig,
     episodes: int,
     seed: int,
     output_dir: Path,
     device: str = "cpu",
+    compare_sim: bool = True,
 ) -> dict:
-    """Evaluate every policy in imagination (and the simulator) from the same starts; rank; plot; save."""
-    env = load_world_model_env(im_cfg, device)
-    starts = sim_starts(env, sim_cfg or SimEvalConfig(), episodes, seed)
+    """Evaluate every policy in imagination from the sim resets of `sim_cfg` (task, arm noise) with seeds
+    seed.. ; with `compare_sim` also in the simulator from the same starts; rank; plot; save."""
+    env = load_world_model_env(im_cfg, sim_cfg, device)
+    if compare_sim and env.config.horizon != sim_cfg.max_steps:
+        raise ValueError(
+            f"imagination.horizon={env.config.horizon} differs from sim.max_steps={sim_cfg.max_steps}: "
+            "compared episodes must last as long"
+        )
+    starts = sim_starts(env, sim_cfg, episodes, seed)
     names = _short_names(policy_paths)
     records, rows = {}, []
     t0 = time.perf_counter()
     for name, path in zip(names, policy_paths):
-        records[name] = evaluate_one(path, env, starts, im_cfg, seed, output_dir / name, device, sim_cfg)
+        sim_eval = sim_cfg if compare_sim else None
+        records[name] = evaluate_one(path, env, starts, im_cfg, seed, output_dir / name, device, sim_eval)
         rows.append(_row(name, records[name]))
     result = {"episodes": episodes, "seed": seed, "rows": rows, "seconds": time.perf_counter() - t0}
-    if sim_cfg is not None and len(rows) >= 2:
+    if compare_sim and len(rows) >= 2:
         report = ranking_report([r["imagined"] for r in rows], [r["sim"] for r in rows])
         result["ranking"] = report
         result["imagination_seconds"] = sum(r["imagined_s"] for r in rows)
@@ -233,8 +245,15 @@ def run_imagination(cfg) -> dict:
         else str(Path(paths[0]).parent / f"eval_imagination_{cfg.sim.task}")
     )
     output_dir = Path(cfg.output_dir or default)
-    sim_cfg = cfg.sim if cfg.compare_sim else None
-    result = rank_policies(paths, cfg.imagination, sim_cfg, cfg.episodes, cfg.seed, output_dir, cfg.device)
+    result = rank_policies(
+        paths,
+        cfg.imagination,
+        cfg.sim if cfg.compare_sim else None,
+        cfg.episodes,
+        cfg.seed,
+        output_dir,
+        cfg.device,
+    )
     print(format_table(result["rows"]))
     if "ranking" in result:
         r = result["ranking"]
