@@ -5,7 +5,8 @@
 Each frame holds the observation at time t, the action taken at t, and `next.*` (reward, success, done)
 observed after that action. An interrupted recording (Ctrl-C, an error) still finalizes the dataset: the
 episodes completed so far stay readable, the partial one is dropped. Per-episode facts that lerobot has no
-column for (seed, expert skill, success, length) go to `meta/recording.json`.
+column for (seed, expert skill, success, length) go to `meta/recording.json`, whose `complete` says whether
+every requested episode was recorded (lerobot's `meta/info.json` exists from the first moment).
 """
 
 from __future__ import annotations
@@ -127,7 +128,11 @@ def record_demos(cfg: RecordingConfig) -> Path:
             hf_logging.enable_progress_bar()
         atomic_write_text(
             root / RECORDING_META,
-            json.dumps({"config": asdict(cfg), "episodes": episodes}, indent=1) + "\n",
+            json.dumps(
+                {"config": asdict(cfg), "complete": len(episodes) == cfg.episodes, "episodes": episodes},
+                indent=1,
+            )
+            + "\n",
         )
     return root
 

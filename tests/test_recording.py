@@ -49,7 +49,8 @@ def test_round_trip_through_lerobot_dataset(tmp_path):
         assert bool(frame[DONE]) == (t == 5)
         assert 0.0 <= float(frame[REWARD]) <= 1.0 and frame[SUCCESS].dtype.is_floating_point is False
     meta = json.loads((tmp_path / "demos" / RECORDING_META).read_text())
-    assert [e["seed"] for e in meta["episodes"]] == [0, 1] and all(e["length"] == 6 for e in meta["episodes"])
+    assert meta["complete"] and [e["seed"] for e in meta["episodes"]] == [0, 1]
+    assert all(e["length"] == 6 for e in meta["episodes"])
 
 
 def test_existing_root_is_an_error_unless_overwrite(tmp_path):
@@ -77,6 +78,7 @@ def test_interrupted_recording_leaves_a_readable_dataset(tmp_path, monkeypatch):
     ds = _read(cfg)
     assert ds.num_episodes == 2 and ds.num_frames == 12
     assert np.array_equal(ds.meta.episodes["length"], [6, 6])
+    assert not json.loads((tmp_path / "demos" / RECORDING_META).read_text())["complete"]
 
 
 def test_skill_mixture_and_bad_config():
