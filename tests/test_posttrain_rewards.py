@@ -75,7 +75,7 @@ def test_fidelity_rejects_bad_input():
     with pytest.raises(ValueError, match="differ in shape"):
         frame_fidelity(torch.zeros(1, 2, 3, 16, 16), torch.zeros(1, 3, 3, 16, 16), FID)
     with pytest.raises(ValueError, match="smaller than fidelity.ssim_window"):
-        frame_fidelity(torch.zeros(1, 2, 3, 8, 8), torch.zeros(1, 2, 3, 8, 8), FidelityRewardConfig())
+        frame_fidelity(torch.zeros(1, 2, 3, 6, 6), torch.zeros(1, 2, 3, 6, 6), FidelityRewardConfig())
     with pytest.raises(ValueError, match="ssim_window"):
         FidelityRewardConfig(ssim_window=4).validate()
 
