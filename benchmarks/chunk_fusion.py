@@ -165,9 +165,10 @@ def motion_metrics(log, control_dt: float, reference=None) -> dict:
     return out
 
 
-def _runtime(mode: str, robot, runner, latency, control_hz: float, chunk_size: int):
+def _runtime(mode: str, robot, runner, latency, control_hz: float, chunk_size: int, priority: int = 0):
     fuser_name = "naive" if mode == "sync" else mode
     cfg = RuntimeConfig(control_hz=control_hz, schedule="sync" if mode == "sync" else "async")
+    cfg.realtime_priority = priority
     cfg.status_every_s = 0.0
     fuser = make_fuser(FuserConfig(name=fuser_name), SPEC, 1.0 / control_hz)
     inference = (
@@ -274,7 +275,7 @@ def jitter(args) -> list[dict]:
     if "closed" in args.parts or args.jitter_sim:
         setups.append(("sim robot (64x64 render at 10 Hz)", "sim"))
     for label, robot_kind in setups:
-        for mode in ("naive", "rail"):
+        for mode, priority in (("naive", 0), ("rail", 0), ("rail", args.priority)):
             if robot_kind == "sim":
                 from sim.robot import SimRobot, SimRobotConfig
 
@@ -283,7 +284,7 @@ def jitter(args) -> list[dict]:
             else:
                 robot = IdealArm(cameras=("front", "wrist"))
             policy = BusyPolicy(args.jitter_compute_s, args.chunk_size)
-            runtime = _runtime(mode, robot, policy, None, args.control_hz, args.chunk_size)
+            runtime = _runtime(mode, robot, policy, None, args.control_hz, args.chunk_size, priority)
             load_before = os.getloadavg()[0]
             log = run_realtime(runtime, args.jitter_s, status=None)
             runtime.inference.close()
@@ -294,6 +295,7 @@ def jitter(args) -> list[dict]:
                 {
                     "robot": label,
                     "fuser": mode,
+                    "sched": f"FIFO {priority}" if priority else "normal",
                     "ticks": len(log.periods),
                     "period_jitter_p50_ms": float(np.percentile(err, 50)),
                     "period_jitter_p99_ms": float(np.percentile(err, 99)),
@@ -324,6 +326,7 @@ def main() -> None:
     p.add_argument("--jitter_s", type=float, default=20.0)
     p.add_argument("--jitter_compute_s", type=float, default=0.15)
     p.add_argument("--jitter_sim", action="store_true", help="also measure jitter with the sim robot")
+    p.add_argument("--priority", type=int, default=50, help="SCHED_FIFO priority of the control thread")
     args = p.parse_args()
     args.parts = args.parts.split(",")
     torch.set_num_threads(1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +36,9 @@ class RuntimeConfig:
     sync_action_steps: int = 5  # sync: actions executed from each chunk before asking again
     watchdog_timeout_s: float = 1.0  # brake to a hold when no fresh chunk arrived for this long
     spin_s: float = 0.002  # busy-wait this last part of each period (sleep alone wakes up late)
+    realtime_priority: int = (
+        0  # > 0: run the control thread SCHED_FIFO at this priority (Linux, needs rights)
+    )
     status_every_s: float = 0.5  # live status line period (0: off)
 
     def __post_init__(self) -> None:
@@ -259,6 +263,7 @@ def run_realtime(
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(min(old_switch, 2e-4))
     next_status = cfg.status_every_s
+    old_policy = _enter_realtime_priority(cfg.realtime_priority)
     runtime.start(0.0)
     t0 = time.perf_counter()
     deadline, last_start, tick = t0, None, 0
@@ -287,9 +292,31 @@ def run_realtime(
             runtime.safe_stop_step()
             deadline = _wait_until(deadline + period, cfg.spin_s)
         sys.setswitchinterval(old_switch)
+        if old_policy is not None:
+            os.sched_setscheduler(0, *old_policy)
         if status is not None and cfg.status_every_s > 0:
             status.write("\n")
     return runtime.log
+
+
+def _enter_realtime_priority(priority: int):
+    """Make the calling (control) thread SCHED_FIFO; returns the policy to restore, or None."""
+    if priority <= 0:
+        return None
+    if not hasattr(os, "sched_setscheduler"):
+        logger.warning("runtime.realtime_priority: this OS has no SCHED_FIFO; running at normal priority")
+        return None
+    old = (os.sched_getscheduler(0), os.sched_getparam(0))
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except PermissionError:
+        logger.warning(
+            "runtime.realtime_priority=%d: not permitted (needs CAP_SYS_NICE or an rtprio limit); "
+            "running at normal priority",
+            priority,
+        )
+        return None
+    return old
 
 
 def _wait_until(deadline: float, spin_s: float) -> float:

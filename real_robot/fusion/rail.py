@@ -25,11 +25,12 @@ def quintic_correction(dp: np.ndarray, dv: np.ndarray, da: np.ndarray, duration:
     return np.stack([dp, dv, da / 2, c3, c4, c5])
 
 
-def _eval_quintic(c: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    powers = tau ** np.arange(6)
+def eval_quintic(c: np.ndarray, taus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[N, D] value, first and second derivative of the quintic `c` [6, D] at `taus` [N]."""
+    powers = taus[:, None] ** np.arange(6)
     p = powers @ c
-    v = (np.arange(1, 6) * powers[:5]) @ c[1:]
-    a = (np.array([2.0, 6.0, 12.0, 20.0]) * powers[:4]) @ c[2:]
+    v = (powers[:, :5] * np.arange(1, 6)) @ c[1:]
+    a = (powers[:, :4] * np.array([2.0, 6.0, 12.0, 20.0])) @ c[2:]
     return p, v, a
 
 
@@ -70,8 +71,8 @@ class RailFuser(ChunkFuser):
         p, v, a = self._traj.evaluate(t)
         tau = t - self._switch_time
         if self._correction is not None and 0.0 <= tau < self._blend:
-            ep, ev, ea = _eval_quintic(self._correction, tau)
-            p, v, a = p + ep, v + ev, a + ea
+            ep, ev, ea = eval_quintic(self._correction, np.array([tau]))
+            p, v, a = p + ep[0], v + ev[0], a + ea[0]
         return KinematicState(p, v, a)
 
     def add_chunk(self, chunk: Chunk, now: float, executed: KinematicState) -> None:
@@ -96,16 +97,15 @@ class RailFuser(ChunkFuser):
 
     def _pick_blend(self, dp, dv, da, now: float) -> tuple[np.ndarray, float]:
         vmax, amax = self.spec.max_velocity(), self.spec.max_acceleration()
+        taus = self.control_dt * np.arange(int(np.ceil(self.blend_max_s / self.control_dt)) + 1)
+        _, q_v, q_a = self._traj.evaluate_many(now + taus)
         best = None
         duration = self.blend_min_s
         while True:
             correction = quintic_correction(dp, dv, da, duration)
-            self._correction, self._blend = correction, duration
-            ticks = now + self.control_dt * np.arange(int(np.ceil(duration / self.control_dt)) + 1)
-            states = [self.state(t) for t in ticks]
-            excess = max(
-                max(np.max(np.abs(s.velocity) / vmax), np.max(np.abs(s.acceleration) / amax)) for s in states
-            )
+            inside = taus <= duration
+            _, e_v, e_a = eval_quintic(correction, taus[inside])
+            excess = max(np.max(np.abs(q_v[inside] + e_v) / vmax), np.max(np.abs(q_a[inside] + e_a) / amax))
             if best is None or excess < best[0]:
                 best = (excess, correction, duration)
             if excess <= 1.0 or duration >= self.blend_max_s:
