@@ -30,7 +30,7 @@ from torch import nn
 from common.checkpoint import load_json
 from common.config import ConfigError, save_config
 from common.training import TrainLoopConfig, last_checkpoint, run_training
-from data.dataset import DatasetConfig, EpisodeDataset
+from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from data.windows import WorldModelWindows
 from rl_finetune.executability import ExecutabilityRewardConfig, executability_reward
 from rl_finetune.rollout_stability import (
@@ -209,7 +209,7 @@ def _save_policy(model: nn.Module, directory: Path) -> None:
 
 def _open_data(
     cfg: PosttrainConfig, base: WorldModel, context: int
-) -> tuple[WorldModelWindows, WorldModelWindows]:
+) -> tuple[WorldModelWindows, WorldModelWindows | None]:
     ds, dit = cfg.dataset, base.cfg.dit
     if ds.cameras and list(ds.cameras) != list(base.cfg.cameras):
         raise ConfigError(
@@ -221,9 +221,16 @@ def _open_data(
     train_eps, held_out_eps = dataset.split()
     horizon = cfg.rollouts.max_length
     train = WorldModelWindows(dataset, train_eps, context=context, horizon=horizon, stride=cfg.start_stride)
-    held_out = WorldModelWindows(
-        dataset, held_out_eps or train_eps, context=context, horizon=horizon, stride=horizon
-    )
+    if not held_out_eps:
+        print(f"dataset {ds.root}: no held-out episodes (dataset.held_out_fraction=0): no evaluation")
+        return train, None
+    try:
+        held_out = WorldModelWindows(dataset, held_out_eps, context=context, horizon=horizon, stride=horizon)
+    except DatasetError:
+        print(
+            f"dataset {ds.root}: held-out episodes are shorter than context + rollouts.max_length: no evaluation"
+        )
+        return train, None
     return train, held_out
 
 
@@ -232,7 +239,7 @@ def run_stage(
     base: WorldModel,
     reference: WorldModel,
     train_windows: WorldModelWindows,
-    eval_windows: WorldModelWindows,
+    eval_windows: WorldModelWindows | None,
     cfg: PosttrainConfig,
     stage_dir: Path,
     resume: bool,
@@ -240,7 +247,7 @@ def run_stage(
 ) -> WorldModel:
     """One stage through the shared loop; returns the exported (EMA) world model."""
     objective = PosttrainObjective(base, reference, stage, cfg, spec)
-    count = min(cfg.eval_start_states, len(eval_windows))
+    count = min(cfg.eval_start_states, len(eval_windows)) if eval_windows is not None else 0
     eval_indices = torch.linspace(0, len(eval_windows) - 1, count).round().long().tolist() if count else []
 
     def evaluate(model: nn.Module, step: int, eval_dir: Path) -> dict[str, float]:
