@@ -28,7 +28,7 @@ from cuda_ext.adaln import MAX_KERNEL_CHANNELS
 
 @triton.jit
 def _adaln_fwd(
-    X, Y, GATE, X_OUT, SHIFT, SCALE, H, MEAN, RSTD, L, C, frame_len, eps,
+    X, Y, GATE, X_OUT, SHIFT, SCALE, MODULATED, MEAN, RSTD, L, C, frame_len, eps,
     HAS_RESIDUAL: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
@@ -49,7 +49,7 @@ def _adaln_fwd(
     scale = tl.load(SCALE + cond_row * C + cols, mask=ok, other=0.0).to(tl.float32)
     shift = tl.load(SHIFT + cond_row * C + cols, mask=ok, other=0.0).to(tl.float32)
     h = centred * rstd * (1.0 + scale) + shift
-    tl.store(H + row * C + cols, h.to(H.dtype.element_ty), mask=ok)
+    tl.store(MODULATED + row * C + cols, h.to(MODULATED.dtype.element_ty), mask=ok)
     tl.store(MEAN + row, mean)
     tl.store(RSTD + row, rstd)
 
