@@ -23,7 +23,10 @@ FINGER_RADIUS = 0.015  # m, the finger capsule in the MJCF
 TRANSIT_HEIGHT = 0.1  # m, tip height when moving over the scene
 PUSH_HEIGHT = 0.015  # m, tip height when pushing (the finger meets the cube's lower half)
 CONTACT_OFFSET = 0.03 + FINGER_RADIUS  # m, cube centre to finger axis at contact (cube may be rotated)
-PRE_PUSH_GAP = 0.03  # m, extra room behind the cube before descending
+# m, extra room behind the cube before descending; when the way down is blocked (the finger lands on
+# another cube) the expert lifts and tries the next gap.
+PRE_PUSH_GAPS = (0.03, 0.0, 0.06)
+BLOCKED_HEIGHT = 0.02  # m, tip this far above the planned tip while descending -> blocked
 PUSH_LEAD = 0.025  # m, how far past the contact point the push waypoint is placed
 LATERAL_TOLERANCE = 0.022  # m, finger off the push line beyond this -> lift and re-approach
 DONE_RADIUS = 0.015  # m, cube this close to the square's centre -> stop pushing
@@ -75,6 +78,7 @@ class ScriptedExpert:
             self.env.task, wrong=self.rng.random() < flaw * self.config.max_wrong_target
         )
         self.phase = "approach"
+        self._gap_index = 0
         self._plan = self.env.sim.target.copy()  # clean (noise-free) joint command
         self._action = self._plan.copy()  # last emitted action
         self._delta = np.zeros_like(self._plan)
@@ -145,10 +149,14 @@ class ScriptedExpert:
         u = to_zone / max(float(np.linalg.norm(to_zone)), 1e-6)
         normal = np.array([-u[1], u[0]])
         contact = cube[:2] - u * CONTACT_OFFSET
-        pre = contact - u * PRE_PUSH_GAP
+        pre = contact - u * PRE_PUSH_GAPS[self._gap_index]
         rel = tip[:2] - cube[:2]
         if np.linalg.norm(to_zone) < DONE_RADIUS:
             self.phase = "done"
+        planned_height = self.env.sim.kinematics.forward(self._plan)[2]
+        if self.phase == "descend" and tip[2] - planned_height > BLOCKED_HEIGHT:
+            self._gap_index = (self._gap_index + 1) % len(PRE_PUSH_GAPS)
+            self.phase = "retreat"
         if self.phase == "push" and (abs(rel @ normal) > LATERAL_TOLERANCE or rel @ u > -CUBE_HALF_SIZE):
             self.phase = "retreat"
         if self.phase == "retreat" and tip[2] > TRANSIT_HEIGHT - 0.02:
