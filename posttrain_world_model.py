@@ -1,7 +1,7 @@
 """Post-train a world model with rewards: rollout stability and/or inverse-dynamics executability.
 
     python posttrain_world_model.py --config configs/posttrain/tiny.yaml \
-        --base_model=outputs/world_model/tiny/pretrained_model --dataset.root=outputs/data/tabletop
+        --world_model.path=outputs/world_model/tiny/pretrained_model --dataset.root=outputs/data/tabletop
     ... --stages='[stability]'        # one stage alone; the default runs stability, then executability
     ... --resume=true                 # continue the unfinished stage exactly from its last checkpoint
     accelerate launch --num_processes 2 posttrain_world_model.py --config configs/posttrain/tiny.yaml ...

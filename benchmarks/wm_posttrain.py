@@ -1,7 +1,7 @@
 """World-model post-training, before vs after, on the same held-out start states.
 
     python benchmarks/wm_posttrain.py --before=outputs/world_model/tiny/pretrained_model \
-        --after=outputs/wm_posttrain/tiny/1_executability/pretrained_model --dataset.root=outputs/data/tabletop
+        --after=outputs/wm_posttrain/tiny/pretrained_model --dataset.root=outputs/data/tabletop
 
 Both models roll out autoregressively from the same real context frames under the same real actions with
 the same sampling noise (rl_finetune/wm_posttrain_eval.py), on held-out episodes (the dataset's seeded
@@ -41,7 +41,7 @@ HORIZONS = (1, 10, 20, 30)
 @dataclass
 class WMPosttrainBenchmarkConfig:
     before: str = "outputs/world_model/tiny/pretrained_model"
-    after: str = "outputs/wm_posttrain/tiny/1_executability/pretrained_model"
+    after: str = "outputs/wm_posttrain/tiny/pretrained_model"
     dataset: DatasetConfig = field(default_factory=DatasetConfig)  # --dataset.root: the WM's training data
     horizon: int = 30
     context: int = 0  # 0 -> the before-model's dit.context_frames

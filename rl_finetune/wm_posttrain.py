@@ -15,19 +15,21 @@ start state with `old`, scores them with the stage's reward and returns the NFT 
 (rl_finetune/rollout_stability.py). Exports are plain world-model checkpoints of `policy` (EMA weights).
 
 Layout: <output_dir>/<k>_<stage>/ is the training loop's output directory of stage k; stage k + 1 starts
-from stage k's `pretrained_model/`; every stage regularises towards the original base model.
+from stage k's `pretrained_model/`; every stage regularises towards the original base model;
+<output_dir>/pretrained_model/ is the final model (a copy of the last stage's export).
 """
 
 from __future__ import annotations
 
 import copy
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from common.checkpoint import load_json
+from common.checkpoint import atomic_directory, load_json
 from common.config import ConfigError, save_config
 from common.training import TrainLoopConfig, last_checkpoint, run_training
 from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
@@ -68,6 +70,11 @@ class RolloutGroupConfig:
 
 
 @dataclass
+class WorldModelPath:
+    path: str = ""  # the world model to post-train: a pretrained_model/ directory of train_world_model.py
+
+
+@dataclass
 class PosttrainLoopConfig(TrainLoopConfig):
     """The shared loop's settings with post-training defaults: every step costs G rollouts per start state,
     so steps and batches are few, and the learning rate is small (the model is already trained)."""
@@ -83,7 +90,7 @@ class PosttrainLoopConfig(TrainLoopConfig):
 
 @dataclass
 class PosttrainConfig:
-    base_model: str = ""  # a world-model pretrained_model/ directory
+    world_model: WorldModelPath = field(default_factory=WorldModelPath)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     output_dir: str = "outputs/wm_posttrain"
     stages: list[str] = field(default_factory=lambda: ["stability", "executability"])
@@ -97,8 +104,8 @@ class PosttrainConfig:
     train: PosttrainLoopConfig = field(default_factory=PosttrainLoopConfig)
 
     def validate(self) -> None:
-        if not self.base_model:
-            raise ConfigError("base_model is empty: give a world-model pretrained_model/ directory")
+        if not self.world_model.path:
+            raise ConfigError("--world_model.path is required: a world-model pretrained_model/ directory")
         if (
             not self.stages
             or any(s not in STAGES for s in self.stages)
@@ -213,7 +220,7 @@ def _open_data(
     ds, dit = cfg.dataset, base.cfg.dit
     if ds.cameras and list(ds.cameras) != list(base.cfg.cameras):
         raise ConfigError(
-            f"dataset.cameras={ds.cameras} but the world model {cfg.base_model} predicts {list(base.cfg.cameras)}"
+            f"dataset.cameras={ds.cameras} but the world model {cfg.world_model.path} predicts {list(base.cfg.cameras)}"
         )
     # The dataset is checked against what the model reads: errors then name the camera or feature.
     ds.cameras, ds.image_size, ds.action_dim = list(base.cfg.cameras), [dit.image_size] * 2, dit.action_dim
@@ -281,15 +288,15 @@ def run_stage(
 
 
 def run_posttraining(cfg: PosttrainConfig, spec: EmbodimentSpec = TABLETOP_ARM) -> Path:
-    """Run the configured stages in order; returns the final pretrained_model directory."""
+    """Run the configured stages in order; the last one's export is copied to <output_dir>/pretrained_model."""
     cfg.validate()
-    reference = WorldModel.from_pretrained(cfg.base_model)
+    reference = WorldModel.from_pretrained(cfg.world_model.path)
     context = cfg.rollouts.context or reference.cfg.dit.context_frames
     train_windows, eval_windows = _open_data(cfg, reference, context)
     output = Path(cfg.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     save_config(cfg, output / "posttrain_config.yaml")
-    current = Path(cfg.base_model)
+    current = Path(cfg.world_model.path)
     for k, stage in enumerate(cfg.stages):
         stage_dir = output / f"{k}_{stage}"
         checkpoint = last_checkpoint(stage_dir)
@@ -310,4 +317,8 @@ def run_posttraining(cfg: PosttrainConfig, spec: EmbodimentSpec = TABLETOP_ARM) 
             stage, base, reference, train_windows, eval_windows, cfg, stage_dir, checkpoint is not None, spec
         )
         current = stage_dir / "pretrained_model"
-    return current
+    final = output / "pretrained_model"
+    with atomic_directory(final) as tmp:
+        for name in ("config.yaml", "model.safetensors", "stats.json"):
+            shutil.copy2(current / name, tmp / name)
+    return final

@@ -36,7 +36,6 @@ def tiny_world_model(seed: int = 0) -> WorldModel:
 
 def tiny_posttrain_config(**overrides) -> PosttrainConfig:
     cfg = PosttrainConfig(
-        base_model="unused",
         rollouts=RolloutGroupConfig(group_size=3, min_length=4, max_length=5),
         fidelity=FidelityRewardConfig(ssim_window=7),
     )
