@@ -66,7 +66,9 @@ def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="num_views"):
         WorldModel(WorldModelConfig(dit=dit_config(), cameras=("front", "wrist")))
     with pytest.raises(ValueError, match="parameterisation"):
-        WorldModel(WorldModelConfig(dit=dit_config(), parameterisation="eps"))
+        WorldModel(WorldModelConfig(dit=dit_config(residual_to_previous_frame=False), parameterisation="eps"))
+    with pytest.raises(ValueError, match="residual_to_previous_frame"):
+        WorldModel(WorldModelConfig(dit=dit_config(), parameterisation="velocity"))
 
 
 @pytest.mark.parametrize("teacher_forced", [False, True])
@@ -199,12 +201,13 @@ def test_rollout_input_errors():
 
 @pytest.mark.parametrize("parameterisation", ["x0", "velocity", "edm"])
 def test_training_loss_matches_parameterisation_and_is_finite(parameterisation):
-    model = WorldModel(WorldModelConfig(dit=dit_config(), parameterisation=parameterisation))
+    dit = dit_config(residual_to_previous_frame=False)
+    model = WorldModel(WorldModelConfig(dit=dit, parameterisation=parameterisation))
     frames = torch.rand(2, 4, 3, SIZE, SIZE)
     loss, logs = model.compute_loss(frames, torch.randn(2, 4, 4))
     assert torch.isfinite(loss)
     assert {"loss/diffusion", "loss/idm", "loss/x0_mse"} <= set(logs)
-    # zero-initialised output: an x0 model predicts 0, so its diffusion loss is the mean square of x0 in [-1, 1]
+    # zero-initialised output and no residual: an x0 model predicts 0, its loss is the mean square of x0
     if parameterisation == "x0":
         x = frames[:, 1:] * 2 - 1
         assert logs["loss/diffusion"] == pytest.approx(float(x.pow(2).mean()), rel=1e-4)
@@ -217,3 +220,10 @@ def test_flow_paths_agree():
     for par in flow.PARAMETERISATIONS:
         target = flow.training_target(x0, noise, x_t, t, par, 0.5)
         torch.testing.assert_close(flow.to_x0(target, x_t, t, par, 0.5), x0, rtol=1e-4, atol=1e-4)
+
+
+def test_residual_output_starts_as_a_copy_of_the_previous_frame():
+    dit = VideoDiT(dit_config())  # zero-initialised output layers: the learned change starts at 0
+    x, prev, a, valid, t = dit_inputs(1, 2)
+    out, _, _ = dit(x, prev, a, valid, t, torch.arange(2))
+    torch.testing.assert_close(out, prev)

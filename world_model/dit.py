@@ -38,6 +38,9 @@ class VideoDiTConfig:
     action_dim: int = 4
     context_frames: int = 4  # earlier frames each frame attends to (block-causal sliding window)
     condition_on_previous_frame: bool = True
+    # Output = previous frame + a learned change (x0 parameterisation only): static pixels are copied
+    # exactly instead of squeezed through a patch token, so the network spends itself on what moves.
+    residual_to_previous_frame: bool = True
     output_conv_channels: int = 32  # 0 disables the seam-removing output convolution
     attention_backend: str = "sdpa"  # sdpa | xformers | cuda_ext
 
@@ -52,6 +55,8 @@ class VideoDiTConfig:
             )
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"dit.attention_backend={self.attention_backend!r}; expected one of {BACKENDS}")
+        if self.residual_to_previous_frame and not self.condition_on_previous_frame:
+            raise ValueError("dit.residual_to_previous_frame needs dit.condition_on_previous_frame")
         if self.context_frames < 1:
             raise ValueError(f"dit.context_frames={self.context_frames} must be >= 1")
 
@@ -207,6 +212,8 @@ class VideoDiT(nn.Module):
         out = self._unpatchify(self.final(h), b, nf)
         if self.refine is not None:
             out = out + self.refine(out.flatten(0, 2)).view_as(out)
+        if cfg.residual_to_previous_frame:
+            out = out + prev
         return out, features, new_kv
 
     def _patchify(self, x: torch.Tensor) -> torch.Tensor:

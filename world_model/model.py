@@ -55,6 +55,11 @@ class WorldModelConfig:
             raise ValueError(
                 f"parameterisation={self.parameterisation!r}; expected one of {flow.PARAMETERISATIONS}"
             )
+        if self.dit.residual_to_previous_frame and self.parameterisation != "x0":
+            raise ValueError(
+                f"dit.residual_to_previous_frame adds the previous frame to an x0 prediction; "
+                f"parameterisation={self.parameterisation!r} needs dit.residual_to_previous_frame=false"
+            )
         if len(self.cameras) != self.dit.num_views:
             raise ValueError(
                 f"cameras={list(self.cameras)} but dit.num_views={self.dit.num_views}; they must match"

@@ -58,7 +58,10 @@ def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
 
 
 def held_out_windows(dataset: EpisodeDataset, episodes: list[int], cfg: EvalConfig) -> HeldOutWindows | None:
-    """Evenly spread evaluation windows from the held-out episodes (None when none is long enough)."""
+    """Evenly spread evaluation windows from the held-out episodes (None when none is long enough or
+    `cfg.max_windows` is 0)."""
+    if cfg.max_windows <= 0:
+        return None
     try:
         windows = WorldModelWindows(
             dataset, episodes, context=cfg.context, horizon=cfg.horizon, stride=cfg.stride

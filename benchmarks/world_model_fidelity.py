@@ -1,0 +1,221 @@
+"""World-model fidelity and speed on held-out episodes (issue 3 targets).
+
+    python benchmarks/world_model_fidelity.py --model_path=outputs/world_model/tiny/pretrained_model \
+        --dataset.root=outputs/data/tabletop
+
+Measures, with the real actions unless said otherwise:
+- PSNR / SSIM per horizon step 1..H against copy-last-frame, PSNR of the moving pixels;
+- action sensitivity: SSIM at horizon 10 with real vs shuffled actions;
+- action-following error: IDM(generated frames) vs commanded actions, next to IDM(real frames);
+- reward / success heads against the real labels;
+- sampler steps 1, 2, 4, 8, 16, 50: SSIM at horizon 10 and imagined frames/s at batch 1 and 16;
+- KV-cache rollout vs recompute-everything at horizon 30 (wall-clock ratio);
+- training samples/s on 1 and 2 CPU processes (`accelerate launch`, a few steps, from the loop's own log).
+Prints tables and writes benchmarks/results/world_model_fidelity.json.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks._common import print_table, write_result  # noqa: E402
+from common.config import parse_cli  # noqa: E402
+from data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
+from world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, ssim  # noqa: E402
+from world_model.model import WorldModel  # noqa: E402
+from world_model.trainer import EvalConfig, held_out_windows  # noqa: E402
+
+
+@dataclass
+class FidelityBenchmarkConfig:
+    model_path: str = "outputs/world_model/tiny/pretrained_model"
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)  # root "" -> outputs/data/tabletop
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    steps: int = 0  # sampler steps of the main fidelity run; 0 -> the model's own
+    sweep_steps: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 50])
+    sweep_windows: int = 16  # windows scored at horizon 10 for each step count
+    speed_batches: list[int] = field(default_factory=lambda: [1, 16])
+    speed_frames: int = 10  # imagined frames per speed measurement
+    cache_horizon: int = 30
+    cache_batch: int = 4
+    train_config: str = "configs/world_model/tiny.yaml"
+    train_steps: int = 12  # 0 skips the training-throughput measurement
+    threads: int = 0  # torch threads for this process; 0 -> torch's default
+    seed: int = 0
+
+
+def subset(w: HeldOutWindows, n: int, length: int | None = None) -> HeldOutWindows:
+    sl = slice(None, length)
+    return HeldOutWindows(w.frames[:n, sl], w.actions[:n, sl], w.reward[:n, sl], w.success[:n, sl])
+
+
+def timed_rollout(model: WorldModel, w: HeldOutWindows, context: int, batch: int, steps: int, use_cache=True):
+    """Seconds for one rollout of `batch` windows (repeated if there are fewer windows)."""
+    reps = -(-batch // len(w))
+    frames = w.frames.repeat(reps, 1, 1, 1, 1, 1)[:batch]
+    actions = w.actions.repeat(reps, 1, 1)[:batch]
+    gen = torch.Generator().manual_seed(0)
+    t0 = time.perf_counter()
+    model.rollout(
+        frames[:, :context],
+        actions[:, : context - 1],
+        actions[:, context - 1 : -1],
+        steps=steps,
+        generator=gen,
+        use_cache=use_cache,
+    )
+    return time.perf_counter() - t0
+
+
+def training_throughput(cfg: FidelityBenchmarkConfig, processes: int) -> float:
+    """samples/s the shared loop logged over the last half of a short `accelerate launch` run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with tempfile.TemporaryDirectory() as out:
+        half = max(1, cfg.train_steps // 2)
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--cpu",
+            "--num_processes",
+            str(processes),
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            str(REPO / "train_world_model.py"),
+            "--config",
+            cfg.train_config,
+            f"--dataset.root={cfg.dataset.root}",
+            f"--output_dir={out}",
+            f"--train.steps={cfg.train_steps}",
+            f"--train.log_every={half}",
+            f"--train.checkpoint_every={cfg.train_steps}",
+            "--eval.max_windows=0",
+        ]
+        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, 2 // processes)), "HF_HUB_OFFLINE": "1"}
+        result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"training run with {processes} process(es) failed:\n{result.stderr[-3000:]}")
+        logs = next(Path(out, "logs").rglob("events.out.tfevents.*"))
+        acc = EventAccumulator(str(logs.parent))
+        acc.Reload()
+        return acc.Scalars("train/samples_per_s")[-1].value
+
+
+def main() -> None:
+    cfg = parse_cli(FidelityBenchmarkConfig)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    model = WorldModel.from_pretrained(cfg.model_path)
+    cfg.dataset.root = cfg.dataset.root or "outputs/data/tabletop"
+    cfg.dataset.cameras = list(model.cfg.cameras)
+    dataset = EpisodeDataset(cfg.dataset)
+    _, held = dataset.split()
+    windows = held_out_windows(dataset, held, cfg.eval)
+    if windows is None:
+        raise SystemExit(
+            f"no held-out episode of {dataset.root} has {cfg.eval.context + cfg.eval.horizon} frames"
+        )
+    ctx, steps = cfg.eval.context, cfg.steps or model.cfg.sampler.steps
+    figures: dict = {"model_path": cfg.model_path, "windows": len(windows), "sampler_steps": steps}
+
+    t0 = time.perf_counter()
+    imagined = imagine(model, windows, ctx, steps=steps, seed=cfg.seed)
+    curves = rollout_fidelity(model, windows, ctx, imagined)
+    shuffled = imagine(model, windows, ctx, steps=steps, seed=cfg.seed, shuffle_actions=True)
+    real = windows.frames[:, ctx:].float()
+    curves["ssim_shuffled_actions"] = (
+        ssim(shuffled[0], real).reshape(len(windows), real.shape[1], -1).mean((0, 2)).tolist()
+    )
+    figures["curves"] = curves
+    figures["fidelity_seconds"] = time.perf_counter() - t0
+    horizon = len(curves["psnr"])
+    rows = [
+        {
+            "h": h,
+            "psnr": curves["psnr"][h - 1],
+            "psnr copy": curves["psnr_copy_last"][h - 1],
+            "ssim": curves["ssim"][h - 1],
+            "ssim copy": curves["ssim_copy_last"][h - 1],
+            "ssim shuffled": curves["ssim_shuffled_actions"][h - 1],
+            "moving psnr": curves["moving_psnr"][h - 1],
+            "moving copy": curves["moving_psnr_copy_last"][h - 1],
+            "idm err gen": curves["idm_error_generated"][h - 1],
+            "idm err real": curves["idm_error_real"][h - 1],
+            "success acc": curves["success_accuracy"][h - 1],
+            "reward mae": curves["reward_mae"][h - 1],
+        }
+        for h in sorted({1, 2, 3, 5, 10, 15, 20, 25, 30} & set(range(1, horizon + 1)))
+    ]
+    print_table(rows, f"fidelity on {len(windows)} held-out windows, {steps} sampler steps")
+
+    def beats(a: str, b: str, lo: int, hi: int) -> bool:
+        return all(curves[a][h - 1] > curves[b][h - 1] for h in range(lo, min(hi, horizon) + 1))
+
+    h10 = min(10, horizon) - 1
+    targets = {
+        "beats_copy_last_psnr_h5_to_h30": beats("psnr", "psnr_copy_last", 5, 30),
+        "beats_copy_last_ssim_h5_to_h30": beats("ssim", "ssim_copy_last", 5, 30),
+        "beats_copy_last_moving_psnr_h1_to_h30": beats("moving_psnr", "moving_psnr_copy_last", 1, 30),
+        "shuffled_actions_ssim_drop_h10": curves["ssim"][h10] - curves["ssim_shuffled_actions"][h10],
+        "idm_error_ratio_h10": curves["idm_error_generated"][h10] / curves["idm_error_real"][h10],
+    }
+
+    sweep_windows = subset(windows, cfg.sweep_windows, ctx + 10)
+    sweep_rows = []
+    for s in cfg.sweep_steps:
+        gen = imagine(model, sweep_windows, ctx, steps=s, seed=cfg.seed)
+        ssim10 = float(ssim(gen[0][:, -1], sweep_windows.frames[:, -1].float()).mean())
+        row = {"steps": s, "ssim@10": ssim10}
+        for b in cfg.speed_batches:
+            seconds = timed_rollout(model, subset(windows, b, ctx + cfg.speed_frames), ctx, b, s)
+            row[f"frames/s b{b}"] = b * cfg.speed_frames / seconds
+        sweep_rows.append(row)
+    print_table(sweep_rows, f"sampler steps (SSIM at horizon 10 on {len(sweep_windows)} windows)")
+    figures["sampler_sweep"] = sweep_rows
+    by_steps = {r["steps"]: r["ssim@10"] for r in sweep_rows}
+    if 50 in by_steps:
+        best_small = max((v, k) for k, v in by_steps.items() if k <= 4)
+        targets["best_sampler_le4_steps"] = best_small[1]
+        targets["ssim10_le4_minus_50_steps"] = best_small[0] - by_steps[50]
+
+    cache_windows = subset(windows, cfg.cache_batch, ctx + cfg.cache_horizon)
+    with_cache = timed_rollout(model, cache_windows, ctx, cfg.cache_batch, steps)
+    recompute = timed_rollout(model, cache_windows, ctx, cfg.cache_batch, steps, use_cache=False)
+    figures["kv_cache"] = {
+        "horizon": cfg.cache_horizon,
+        "batch": cfg.cache_batch,
+        "steps": steps,
+        "cached_seconds": with_cache,
+        "recompute_seconds": recompute,
+    }
+    targets["kv_cache_speedup_h30"] = recompute / with_cache
+    print_table([figures["kv_cache"] | {"speedup": recompute / with_cache}], "KV cache vs recompute")
+
+    if cfg.train_steps:
+        speed = [{"processes": p, "samples/s": training_throughput(cfg, p)} for p in (1, 2)]
+        print_table(speed, f"training throughput ({cfg.train_config}, {cfg.train_steps} steps)")
+        figures["training_throughput"] = speed
+
+    figures["targets"] = targets
+    print_table([{"target": k, "value": v} for k, v in targets.items()], "targets")
+    print(f"wrote {write_result('world_model_fidelity', figures)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""World-model training: overfitting, checkpoints, exact resume, the trainer end to end, DDP, bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from common.config import ConfigError, parse_cli
+from common.training import TrainLoopConfig, run_training
+from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
+from data.stats import dataset_stats
+from data.windows import WorldModelWindows
+from world_model.dit import VideoDiTConfig
+from world_model.idm import InverseDynamicsConfig
+from world_model.model import WorldModel, WorldModelConfig
+from world_model.trainer import TrainWorldModelConfig, train
+
+REPO = Path(__file__).resolve().parents[1]
+SIZE = 16
+
+
+def tiny_model_config() -> WorldModelConfig:
+    dit = VideoDiTConfig(
+        image_size=SIZE, patch_size=4, width=32, depth=1, heads=2, context_frames=2, output_conv_channels=8
+    )
+    return WorldModelConfig(dit=dit, idm=InverseDynamicsConfig(channels=8))
+
+
+def test_loss_decreases_when_overfitting_one_batch():
+    torch.manual_seed(0)
+    model = WorldModel(tiny_model_config())
+    frames = torch.rand(4, 4, 3, SIZE, SIZE)
+    actions = torch.randn(4, 4, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(25):
+        torch.manual_seed(1)  # same noise every step: a fixed objective
+        loss, _ = model.compute_loss(frames, actions)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_save_and_load_pretrained_round_trip(tmp_path):
+    torch.manual_seed(0)
+    model = WorldModel(tiny_model_config())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.1)
+    model.save_pretrained(tmp_path / "wm")
+    assert {p.name for p in (tmp_path / "wm").iterdir()} == {"config.yaml", "model.safetensors", "stats.json"}
+    loaded = WorldModel.from_pretrained(tmp_path / "wm")
+    ctx, ctx_a, fut = torch.rand(1, 2, 3, SIZE, SIZE), torch.randn(1, 1, 4), torch.randn(1, 3, 4)
+    a = model.eval().rollout(ctx, ctx_a, fut, generator=torch.Generator().manual_seed(0))
+    b = loaded.rollout(ctx, ctx_a, fut, generator=torch.Generator().manual_seed(0))
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+def test_from_pretrained_errors_name_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.yaml is missing"):
+        WorldModel.from_pretrained(tmp_path)
+
+
+def _windows(root: Path, window: int = 3):
+    ds = EpisodeDataset(DatasetConfig(root=str(root), cameras=["front"]))
+    return ds, WorldModelWindows(ds, context=1, horizon=window - 1)
+
+
+def _run(model, windows, out: Path, steps: int, losses: list, resume: bool = False):
+    cfg = TrainLoopConfig(
+        steps=steps,
+        batch_size=2,
+        warmup_steps=10,
+        checkpoint_every=2,
+        log_every=1,
+        report_to="none",
+        ema_decay=0.9,
+    )
+
+    def loss_fn(m, batch):
+        loss, logs = m(batch)
+        losses.append(loss.item())
+        return loss, logs
+
+    return run_training(model, windows, loss_fn, cfg, out, lambda m, p: m.save_pretrained(p), resume=resume)
+
+
+def test_resume_gives_the_bit_identical_next_step_loss(tmp_path, tiny_lerobot_dataset):
+    root = tiny_lerobot_dataset(tmp_path, episodes=2, length=8, image_size=(SIZE, SIZE))
+    ds, windows = _windows(root)
+    stats = dataset_stats(ds)
+    torch.manual_seed(0)
+    straight: list[float] = []
+    _run(WorldModel(tiny_model_config(), stats), windows, tmp_path / "a", 3, straight)
+    torch.manual_seed(0)
+    first: list[float] = []
+    _run(WorldModel(tiny_model_config(), stats), windows, tmp_path / "b", 2, first)
+    resumed: list[float] = []
+    torch.manual_seed(123)  # a resumed run must not depend on the fresh process's RNG or init
+    _run(WorldModel(tiny_model_config(), stats), windows, tmp_path / "b", 3, resumed, resume=True)
+    assert first == straight[:2]
+    assert resumed == straight[2:]
+    assert (tmp_path / "b" / "pretrained_model" / "model.safetensors").is_file()
+
+
+def tiny_train_args(root: Path, out: Path, steps: int = 2) -> list[str]:
+    return [
+        f"--dataset.root={root}",
+        f"--output_dir={out}",
+        f"--train.steps={steps}",
+        "--train.batch_size=2",
+        "--train.report_to=none",
+        "--train.checkpoint_every=1",
+        "--window=3",
+        f"--model.dit.image_size={SIZE}",
+        "--model.dit.patch_size=4",
+        "--model.dit.width=32",
+        "--model.dit.depth=1",
+        "--model.dit.heads=2",
+        "--model.dit.context_frames=2",
+        "--model.dit.output_conv_channels=8",
+        "--model.idm.channels=8",
+        "--eval.context=2",
+        "--eval.horizon=3",
+        "--eval.stride=2",
+        "--dataset.held_out_fraction=0.3",
+    ]
+
+
+@pytest.mark.slow
+def test_trainer_end_to_end_writes_checkpoint_and_eval_artefacts(tmp_path, tiny_lerobot_dataset):
+    root = tiny_lerobot_dataset(tmp_path, episodes=3, length=8, image_size=(SIZE, SIZE))
+    out = tmp_path / "run"
+    cfg = parse_cli(TrainWorldModelConfig, tiny_train_args(root, out))
+    model = train(cfg)
+    assert isinstance(model, WorldModel)
+    loaded = WorldModel.from_pretrained(out / "pretrained_model")
+    assert loaded.cfg.dit.width == 32
+    eval_dir = out / "eval" / "0000002"
+    assert {"metrics.json", "rollout.mp4", "horizon.png"} <= {p.name for p in eval_dir.iterdir()}
+    assert (out / "rollout.mp4").exists() is False
+
+
+def test_bad_config_and_dataset_errors(tmp_path, tiny_lerobot_dataset):
+    with pytest.raises(ConfigError, match="unknown"):
+        parse_cli(TrainWorldModelConfig, ["--model.dit.widht=3"])
+    root = tiny_lerobot_dataset(tmp_path, episodes=2, length=8, image_size=(SIZE, SIZE))
+    args = tiny_train_args(root, tmp_path / "run")
+    with pytest.raises(DatasetError, match="image"):  # model is 64x64, the data 16x16
+        train(parse_cli(TrainWorldModelConfig, [*args, "--model.dit.image_size=64"]))
+    with pytest.raises(DatasetError, match="dataset.cameras"):
+        train(parse_cli(TrainWorldModelConfig, [*args, "--dataset.cameras=[wrist]"]))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        train(parse_cli(TrainWorldModelConfig, [*args, f"--dataset.root={tmp_path / 'nope'}"]))
+    with pytest.raises(KeyError, match="actions"):
+        WorldModel(tiny_model_config())({"frames": torch.zeros(1, 3, 1, 3, SIZE, SIZE)})
+
+
+@pytest.mark.slow
+def test_two_process_cpu_ddp_smoke(tmp_path, tiny_lerobot_dataset):
+    root = tiny_lerobot_dataset(tmp_path, episodes=4, length=8, image_size=(SIZE, SIZE))
+    out = tmp_path / "ddp"
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(REPO / "train_world_model.py"),
+        *tiny_train_args(root, out),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "pretrained_model" / "model.safetensors").is_file()
+    assert "world_size" in (out / "checkpoints" / "0000002" / "training_state" / "state.json").read_text()
