@@ -13,6 +13,7 @@ with and without the KV cache.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -44,6 +45,11 @@ class ImaginationEvalBenchmarkConfig:
     batch_envs: int = 10
     output_dir: str = "outputs/benchmarks/imagination_eval"
     threads: int = 2
+    # speed_only: no policies; imagined vs simulated env steps/s (batch `batch_envs`, no policy in the loop).
+    # Without a trained checkpoint the world model is built with random weights from `world_model_config`'s
+    # `model:` section: speed does not depend on the weights.
+    speed_only: bool = False
+    world_model_config: str = "configs/world_model/tiny.yaml"
 
 
 def find_policies(zoo: Path) -> list[str]:
@@ -68,9 +74,81 @@ def throughput(env: WorldModelEnv, starts, use_cache: bool, steps: int = 10) -> 
     return starts.batch_size * steps / (time.perf_counter() - t0)
 
 
+def sim_throughput(sim_cfg: SimEvalConfig, cameras: tuple[str, ...], image_size: int, episodes: int) -> float:
+    """Simulated env steps per second (physics + rendering), one env after another, holding the arm still."""
+    import gymnasium as gym
+
+    import sim
+
+    env = gym.make(
+        sim.ENV_IDS[sim_cfg.task], image_size=image_size, cameras=cameras, max_steps=sim_cfg.max_steps
+    )
+    steps, t0 = 0, time.perf_counter()
+    for e in range(episodes):
+        obs, _ = env.reset(seed=e)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, _ = env.step(obs["observation.state"])
+            steps += 1
+            done = terminated or truncated
+    env.close()
+    return steps / (time.perf_counter() - t0)
+
+
+def speed_only(cfg: ImaginationEvalBenchmarkConfig) -> None:
+    import tempfile
+
+    import yaml
+
+    from common.config import load_config
+    from world_model.model import WorldModel, WorldModelConfig
+
+    sim_cfg = SimEvalConfig(task=cfg.task, max_steps=cfg.horizon)
+    if Path(cfg.world_model, "config.yaml").is_file():
+        wm, source = WorldModel.from_pretrained(cfg.world_model), cfg.world_model
+    else:
+        model_section = yaml.safe_load(Path(cfg.world_model_config).read_text())["model"]
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            yaml.safe_dump(model_section, f)
+            wm = WorldModel(load_config(WorldModelConfig, f.name)).eval()
+        source = f"random weights, model section of {cfg.world_model_config}"
+    env = WorldModelEnv(wm, WorldModelEnvConfig(horizon=cfg.horizon, sampler_steps=cfg.sampler_steps))
+    starts = sim_starts(env, sim_cfg, cfg.batch_envs, cfg.seed)
+    rows = [
+        {
+            "backend": f"imagination, KV cache={c}",
+            "batch": cfg.batch_envs,
+            "env_steps_per_s": throughput(env, starts, c),
+        }
+        for c in (True, False)
+    ]
+    size = wm.cfg.dit.image_size
+    rows.append(
+        {
+            "backend": "MuJoCo sim",
+            "batch": 1,
+            "env_steps_per_s": sim_throughput(sim_cfg, env.cameras, size, 4),
+        }
+    )
+    print_table(
+        rows, title=f"env steps / s without a policy ({source}; {size}x{size}, cameras {list(env.cameras)})"
+    )
+    figures = {
+        "rows": rows,
+        "world_model": source,
+        "sampler_steps": env.config.sampler_steps or wm.cfg.sampler.steps,
+    }
+    figures["load_average_1_5_15min"] = os.getloadavg()  # the machine is shared: contention slows everything
+    path = write_result("imagination_speed", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
+    print(f"wrote {path}")
+
+
 def main() -> None:
     cfg = parse_cli(ImaginationEvalBenchmarkConfig)
     torch.set_num_threads(cfg.threads)
+    if cfg.speed_only:
+        speed_only(cfg)
+        return
     policies = cfg.policies or find_policies(Path(cfg.zoo))
     if len(policies) < 2:
         raise SystemExit(f"need at least 2 policies to rank; found {policies} under {cfg.zoo}")
@@ -107,6 +185,7 @@ def main() -> None:
         "world_model": cfg.world_model,
         "scatter_png": str(Path(cfg.output_dir) / "imagined_vs_sim.png"),
     }
+    figures["load_average_1_5_15min"] = os.getloadavg()  # the machine is shared: contention slows everything
     path = write_result("imagination_eval", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     print(f"wrote {path}")
 

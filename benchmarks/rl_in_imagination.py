@@ -11,6 +11,7 @@ benchmarks/results/rl_in_imagination.json; the learning curve PNG is `<output_di
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -88,6 +89,7 @@ def main() -> None:
         "world_model": cfg.world_model,
         "finetune_config": cfg.finetune_config,
     }
+    figures["load_average_1_5_15min"] = os.getloadavg()  # the machine is shared: contention slows everything
     path = write_result("rl_in_imagination", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     print(f"wrote {path}")
 
