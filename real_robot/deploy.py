@@ -17,6 +17,7 @@ from lerobot.robots import RobotConfig
 
 from real_robot.fusion import FuserConfig, make_fuser
 from real_robot.inference import PolicyRunner, ThreadedInference
+from real_robot.policy_server import RemotePolicyClient
 from real_robot.recorder import EpisodeRecorder, RecordConfig
 from real_robot.robots import SimRobotConfig, embodiment_for, make_robot
 from real_robot.runtime import ControlRuntime, RobotIO, RunLog, RuntimeConfig, run_realtime
@@ -29,6 +30,9 @@ logger = logging.getLogger(__name__)
 class DeployConfig:
     robot: RobotConfig = field(default_factory=SimRobotConfig)  # --robot.type=sim | so101_follower | ...
     policy_path: str | None = None  # pretrained policy directory (config.yaml, model.safetensors, stats.json)
+    policy_server: str | None = (
+        None  # HOST:PORT of `python -m real_robot.policy_server` instead of policy_path
+    )
     instruction: str | None = None  # language instruction; default: the sim robot's task
     episode_time_s: float = 20.0
     stop_on_success: bool = True  # end early when the robot reports task success (sim)
@@ -61,9 +65,11 @@ def load_policy(path: str | None):
 def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
     """Run one episode. `policy` and `robot` default to what `cfg` names (tests pass their own)."""
     spec = embodiment_for(cfg.robot)
-    policy = policy if policy is not None else load_policy(cfg.policy_path)
-    policy.eval()
-    policy.reset()
+    if policy is None and cfg.policy_server is None:
+        policy = load_policy(cfg.policy_path)
+    if policy is not None:
+        policy.eval()
+        policy.reset()
     robot = robot if robot is not None else make_robot(cfg.robot, cfg.runtime.control_hz)
     torch.set_num_threads(cfg.inference_threads)
     fuser = make_fuser(cfg.fuser, spec, 1.0 / cfg.runtime.control_hz)
@@ -71,13 +77,18 @@ def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
     success_check = getattr(robot, "task_success", None)
 
     robot.connect()
-    inference, recorder = None, None
+    inference, recorder, runner = None, None, None
     success = False
     try:
         instruction = cfg.instruction or getattr(robot, "task", None) or ""  # the sim knows its task
         if not instruction:
             logger.warning("no --instruction given and the robot has no task: the policy gets an empty one")
-        runner = PolicyRunner(policy, spec.joint_names, instruction, use_prefix=fuser.wants_prefix)
+        if policy is not None:
+            runner = PolicyRunner(policy, spec.joint_names, instruction, use_prefix=fuser.wants_prefix)
+            chunk_size, use_prefix = int(policy.chunk_size), runner.uses_prefix
+        else:
+            runner = RemotePolicyClient(cfg.policy_server, instruction)
+            chunk_size, use_prefix = runner.chunk_size, fuser.wants_prefix and runner.uses_prefix
         if cfg.record.root is not None:
             recorder = EpisodeRecorder(cfg.record, spec.joint_names, spec.fps, instruction, cfg.robot.type)
         io = RobotIO(robot, spec.joint_names)
@@ -89,8 +100,8 @@ def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
             safety,
             spec,
             cfg.runtime,
-            policy_chunk_size=int(policy.chunk_size),
-            use_prefix=runner.uses_prefix,
+            policy_chunk_size=chunk_size,
+            use_prefix=use_prefix,
             on_observation=recorder.on_observation if recorder else None,
         )
         runtime.warm_up(runner)
@@ -113,6 +124,8 @@ def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
     finally:
         if inference is not None:
             inference.close()
+        if isinstance(runner, RemotePolicyClient):
+            runner.close()
         robot.disconnect()
         dataset_root = None
         if recorder is not None:

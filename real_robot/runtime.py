@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 class RuntimeConfig:
     control_hz: float = 100.0  # command rate sent to the robot
     request_threshold: float = 0.5  # ask for the next chunk when this fraction of the last chunk is left
+    delay_margin: float = 2.0  # ...or earlier: when only this many times the slowest recent delay is left
     schedule: str = "async"  # async | sync (baseline: the arm holds still while the policy computes)
     sync_action_steps: int = 5  # sync: actions executed from each chunk before asking again
     watchdog_timeout_s: float = 1.0  # brake to a hold when no fresh chunk arrived for this long
@@ -189,7 +190,10 @@ class ControlRuntime:
                 return True
             return False
         left = self.fuser.remaining(now)
-        return left <= self.cfg.request_threshold * self.chunk_size * self.policy_dt
+        # A slow policy must be asked early enough that its chunk lands before the plan runs out (a stall).
+        recent = self.log.delays[-5:]
+        lead = max(recent) * self.cfg.delay_margin if recent else 0.0
+        return left <= max(self.cfg.request_threshold * self.chunk_size * self.policy_dt, lead)
 
     def _request(self, observation: dict, now: float) -> None:
         prefix, delay = None, 0

@@ -113,3 +113,24 @@ def test_realtime_loop_keeps_its_rate_beside_inference():
     assert len(periods) >= 140
     assert abs(np.median(periods) - 0.01) < 5e-4  # the loop runs at 100 Hz; jitter is benchmarked, not tested
     assert len(result.log.delays) >= 2 and min(result.log.delays) >= 0.1  # a chunk every 0.5 s
+
+
+def test_deploy_through_a_localhost_policy_server():
+    import threading
+
+    from real_robot.policy_server import PolicyServer
+
+    server = PolicyServer(SlowSmoothPolicy(latency_s=0.05), SPEC.joint_names, host="127.0.0.1", port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host, port = server.address
+        assert host == "127.0.0.1"
+        robot = FakeRobot(start=np.full(SPEC.num_joints, 0.2))
+        cfg = DeployConfig(episode_time_s=1.2, policy_server=f"{host}:{port}")
+        cfg.runtime.status_every_s = 0.0
+        result = deploy(cfg, robot=robot)
+    finally:
+        server.close()
+    assert len(result.log.switch_times) >= 2 and min(result.log.delays) >= 0.05
+    sent = np.array(robot.sent)
+    assert np.max(np.abs(sent - 0.2)) > 1e-3  # the remote chunks moved the arm
