@@ -78,7 +78,6 @@ def _relative(after: float, before: float) -> float:
 
 def main() -> None:
     cfg = parse_cli(WMPosttrainBenchmarkConfig)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     before = WorldModel.from_pretrained(cfg.before)
     after = WorldModel.from_pretrained(cfg.after)
     if before.cfg.cameras != after.cfg.cameras or before.cfg.dit.image_size != after.cfg.dit.image_size:
