@@ -13,7 +13,7 @@ class VisionConfig:
     # "conv": a small CNN trained from scratch; "resnet18": torchvision ResNet-18 whose ImageNet weights are
     # read from `backbone_weights` (a local .pth/.safetensors file; nothing is downloaded).
     backbone: str = "conv"
-    channels: tuple[int, ...] = (32, 64, 128)  # one stride-2 stage each (conv backbone)
+    channels: tuple[int, ...] = (16, 32, 64, 128)  # one stride-2 stage each: 64x64 -> 4x4 tokens
     backbone_weights: str | None = None
     freeze_backbone: bool = False
 

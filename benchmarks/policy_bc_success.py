@@ -1,0 +1,98 @@
+"""Sim success of a policy behaviour-cloned on expert demos, for several dataset sizes.
+
+For each size N the policy trains on the first N training episodes of one dataset (same steps, same
+config), then runs `eval_episodes` closed-loop episodes in the sim on held-out seeds.
+
+python benchmarks/policy_bc_success.py --dataset_root=outputs/datasets/reach_expert_200
+python benchmarks/policy_bc_success.py --policy_config=configs/policy/act_tiny.yaml --name=policy_bc_success_act
+
+Every training run keeps all its checkpoints under `<output_root>/<N>ep/`: make_policy_zoo.py reuses them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import print_table, write_result  # noqa: E402
+from common.config import parse_cli  # noqa: E402
+from vla.bc_training import TrainPolicyConfig, train_policy  # noqa: E402
+from vla.factory import load_policy  # noqa: E402
+from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim  # noqa: E402
+
+
+@dataclass
+class BCBenchmarkConfig:
+    name: str = "policy_bc_success"  # results file benchmarks/results/<name>.json
+    policy_config: str = "configs/policy/tiny.yaml"
+    dataset_root: str = "outputs/datasets/reach_expert_200"
+    sizes: list[int] = field(default_factory=lambda: [20, 60, 180])  # training episodes
+    steps: int = 0  # 0: the policy config's train.steps
+    checkpoint_every: int = 0  # 0: the policy config's train.checkpoint_every
+    eval_episodes: int = 50
+    eval_seed: int = 100_000
+    sim: SimEvalConfig = field(default_factory=SimEvalConfig)
+    output_root: str = "outputs/bench/policy_bc"
+    reuse: bool = True  # a size whose run already has pretrained_model/ is evaluated, not retrained
+
+
+def run_size(cfg: BCBenchmarkConfig, episodes: int) -> dict:
+    run_dir = Path(cfg.output_root) / f"{episodes}ep"
+    overrides = [
+        "--config",
+        cfg.policy_config,
+        f"--dataset.root={cfg.dataset_root}",
+        f"--max_episodes={episodes}",
+        f"--output_dir={run_dir}",
+        "--train.keep_checkpoints=1000",
+    ]
+    if cfg.steps:
+        overrides.append(f"--train.steps={cfg.steps}")
+    if cfg.checkpoint_every:
+        overrides.append(f"--train.checkpoint_every={cfg.checkpoint_every}")
+    train_cfg = parse_cli(TrainPolicyConfig, overrides)
+    t0 = time.perf_counter()
+    if cfg.reuse and (run_dir / "pretrained_model").is_dir():
+        policy, train_s = load_policy(run_dir / "pretrained_model"), None
+    else:
+        policy = train_policy(train_cfg)
+        train_s = time.perf_counter() - t0
+    summary = evaluate_in_sim(policy, cfg.sim, cfg.eval_episodes, cfg.eval_seed, run_dir / "eval_final")
+    lo, hi = summary["success_ci95"]
+    return {
+        "episodes": episodes,
+        "policy": train_cfg.policy.type,
+        "steps": train_cfg.train.steps,
+        "batch_size": train_cfg.train.batch_size,
+        "train_minutes": None if train_s is None else round(train_s / 60, 1),
+        "eval_episodes": summary["episodes"],
+        "success_rate": summary["success_rate"],
+        "ci95_low": round(lo, 3),
+        "ci95_high": round(hi, 3),
+        "mean_progress": round(summary["mean_progress"], 3),
+        "run_dir": str(run_dir),
+    }
+
+
+def main() -> None:
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cfg = parse_cli(BCBenchmarkConfig)
+    rows = [run_size(cfg, n) for n in cfg.sizes]
+    print_table(rows, f"BC success in sim ({cfg.sim.task}), {cfg.policy_config}, data {cfg.dataset_root}")
+    figures = {
+        "task": cfg.sim.task,
+        "dataset_root": cfg.dataset_root,
+        "policy_config": cfg.policy_config,
+        "rows": rows,
+    }
+    print(f"wrote {write_result(cfg.name, figures)}")
+
+
+if __name__ == "__main__":
+    main()

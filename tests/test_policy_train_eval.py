@@ -1,0 +1,114 @@
+"""train_policy.py on a tiny LeRobot dataset (resume included) and evaluate_policy.py --backend sim."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import evaluate_policy
+import train_policy
+from common.checkpoint import load_json
+from common.config import ConfigError
+from data.features import ACTION
+from vla.factory import load_policy
+from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim, wilson_interval
+
+TINY_POLICY = [
+    "--policy.flow_vla.image_size=[16,16]",
+    "--policy.flow_vla.vision.channels=[8,16]",
+    "--policy.flow_vla.dim=32",
+    "--policy.flow_vla.heads=2",
+    "--policy.flow_vla.obs_layers=1",
+    "--policy.flow_vla.action_layers=1",
+    "--policy.flow_vla.chunk_size=4",
+    "--policy.flow_vla.n_action_steps=2",
+]
+
+
+def test_wilson_interval():
+    lo, hi = wilson_interval(0, 10)
+    assert lo == 0.0 and 0.25 < hi < 0.35  # Wald would give [0, 0]
+    lo, hi = wilson_interval(5, 10)
+    assert lo < 0.5 < hi and abs((lo + hi) / 2 - 0.5) < 1e-9
+    narrow = wilson_interval(50, 100)
+    assert narrow[1] - narrow[0] < hi - lo
+    with pytest.raises(ValueError, match="n > 0"):
+        wilson_interval(0, 0)
+
+
+def test_train_policy_writes_a_loadable_policy_and_resumes(shared_tiny_dataset_root, tmp_path):
+    out = tmp_path / "run"
+    args = [
+        f"--dataset.root={shared_tiny_dataset_root}",
+        "--dataset.held_out_fraction=0.25",
+        *TINY_POLICY,
+        "--train.steps=4",
+        "--train.batch_size=4",
+        "--train.checkpoint_every=2",
+        "--train.warmup_steps=1",
+        "--train.report_to=none",
+        f"--output_dir={out}",
+    ]
+    train_policy.main(args)
+    policy = load_policy(out / "pretrained_model")
+    assert policy.chunk_size == 4 and len(load_json(out / "episodes.json")["train"]) == 3
+    # Normalisation stats come from the training data: action = state + 0.5 in the fixture.
+    assert abs(policy.stats[ACTION]["mean"][0] - policy.stats["observation.state"]["mean"][0] - 0.5) < 1e-6
+    train_policy.main([*args, "--train.steps=6", "--resume=true"])
+    assert (out / "checkpoints" / "0000006").is_dir()
+
+
+def test_train_policy_rejects_mismatched_cameras(shared_tiny_dataset_root, tmp_path):
+    with pytest.raises(ConfigError, match="dataset.cameras"):
+        train_policy.main(
+            [
+                f"--dataset.root={shared_tiny_dataset_root}",
+                "--dataset.cameras=[front]",
+                f"--output_dir={tmp_path}",
+            ]
+        )
+
+
+@pytest.fixture
+def saved_policy(tmp_path):
+    import vla_fixtures
+
+    from vla.flow_vla import FlowVLAConfig, FlowVLAPolicy, VisionConfig
+
+    torch.manual_seed(0)
+    cfg = FlowVLAConfig(image_size=(32, 32), vision=VisionConfig(channels=(8, 16)), dim=32, heads=2)
+    path = tmp_path / "policy"
+    FlowVLAPolicy(cfg, vla_fixtures.make_stats()).save_pretrained(path)
+    return path
+
+
+def test_evaluate_in_sim_runs_lock_step_groups(saved_policy, tmp_path):
+    policy = load_policy(saved_policy)
+    cfg = SimEvalConfig(task="reach", max_steps=3, batch_envs=2, videos=1)
+    summary = evaluate_in_sim(policy, cfg, episodes=3, seed=7, video_dir=tmp_path, progress_bar=False)
+    assert summary["episodes"] == 3 and [r["seed"] for r in summary["per_episode"]] == [7, 8, 9]
+    assert all(1 <= r["length"] <= 3 for r in summary["per_episode"])
+    assert all(r["task"].startswith("reach the") for r in summary["per_episode"])
+    assert 0.0 <= summary["success_ci95"][0] <= summary["success_rate"] <= summary["success_ci95"][1] <= 1.0
+    videos = list((tmp_path / "videos").glob("*.mp4"))
+    assert len(videos) == 1 and videos[0].stat().st_size > 0
+
+
+def test_evaluate_policy_cli_writes_summary(saved_policy, tmp_path):
+    out = tmp_path / "eval"
+    evaluate_policy.main(
+        [
+            "--backend=sim",
+            f"--policy.path={saved_policy}",
+            "--episodes=2",
+            "--sim.max_steps=2",
+            "--sim.videos=0",
+            f"--output_dir={out}",
+        ]
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 2 and summary["policy_path"] == str(saved_policy)
+    with pytest.raises(ConfigError, match="backend"):
+        evaluate_policy.main(["--backend=real", f"--policy.path={saved_policy}"])
