@@ -62,15 +62,18 @@ def _check_frames(op: str, x: torch.Tensor, frame_len: int, **conds: torch.Tenso
     for name, t in conds.items():
         if tuple(t.shape) != expected:
             raise ValueError(f"{op}: {name} must be [B, F, C] = {expected}, got {tuple(t.shape)}")
-        if t.dtype != x.dtype or t.device != x.device:
-            raise ValueError(f"{op}: {name} is {t.dtype} on {t.device}, x is {x.dtype} on {x.device}")
+        if not t.is_floating_point() or t.device != x.device:
+            raise ValueError(
+                f"{op}: {name} is {t.dtype} on {t.device}; expected floating point on {x.device}"
+            )
 
 
-def _unsupported(x: torch.Tensor) -> str | None:
-    too_wide = (
-        f"{x.shape[-1]} channels > {MAX_KERNEL_CHANNELS}" if x.shape[-1] > MAX_KERNEL_CHANNELS else None
-    )
-    return unsupported_dtype(x.dtype) or too_wide
+def _unsupported(*tensors: torch.Tensor) -> str | None:
+    """Why the kernels cannot take these inputs (dtype of any of them, channel count), or None."""
+    channels = tensors[0].shape[-1]
+    if channels > MAX_KERNEL_CHANNELS:
+        return f"{channels} channels > {MAX_KERNEL_CHANNELS}"
+    return next((why for why in (unsupported_dtype(t.dtype) for t in tensors) if why), None)
 
 
 def adaln_modulate(
@@ -86,7 +89,8 @@ def adaln_modulate(
     The LayerNorm has no affine parameters (the modulation replaces them). Differentiable on every path.
     """
     _check_frames("adaln_modulate", x, frame_len, shift=shift, scale=scale)
-    if resolve_backend("adaln_modulate", backend, x.device, unsupported=_unsupported(x)) == "reference":
+    path = resolve_backend("adaln_modulate", backend, x.device, unsupported=_unsupported(x, shift, scale))
+    if path == "reference":
         return adaln_modulate_reference(x, shift, scale, frame_len, eps)
     from cuda_ext.triton_kernels.adaln import triton_adaln_modulate
 
@@ -98,9 +102,13 @@ def gated_residual(
 ) -> torch.Tensor:
     """residual + gate * y with residual, y [B, L, C] and a per-frame gate [B, L // frame_len, C]."""
     _check_frames("gated_residual", residual, frame_len, gate=gate)
-    if y.shape != residual.shape:
-        raise ValueError(f"gated_residual: y {tuple(y.shape)} must match residual {tuple(residual.shape)}")
-    path = resolve_backend("gated_residual", backend, residual.device, unsupported=_unsupported(residual))
+    if y.shape != residual.shape or y.device != residual.device:
+        raise ValueError(
+            f"gated_residual: y {tuple(y.shape)} on {y.device} must match residual {tuple(residual.shape)} "
+            f"on {residual.device}"
+        )
+    unsupported = _unsupported(residual, y, gate)
+    path = resolve_backend("gated_residual", backend, residual.device, unsupported=unsupported)
     if path == "reference":
         return gated_residual_reference(residual, y, gate, frame_len)
     from cuda_ext.triton_kernels.adaln import triton_gated_residual
@@ -123,13 +131,13 @@ def gated_residual_adaln(
     The same as `gated_residual` followed by `adaln_modulate`, in one pass on the kernel path.
     """
     _check_frames("gated_residual_adaln", residual, frame_len, gate=gate, shift=shift, scale=scale)
-    if y.shape != residual.shape:
+    if y.shape != residual.shape or y.device != residual.device:
         raise ValueError(
-            f"gated_residual_adaln: y {tuple(y.shape)} must match residual {tuple(residual.shape)}"
+            f"gated_residual_adaln: y {tuple(y.shape)} on {y.device} must match residual "
+            f"{tuple(residual.shape)} on {residual.device}"
         )
-    path = resolve_backend(
-        "gated_residual_adaln", backend, residual.device, unsupported=_unsupported(residual)
-    )
+    unsupported = _unsupported(residual, y, gate, shift, scale)
+    path = resolve_backend("gated_residual_adaln", backend, residual.device, unsupported=unsupported)
     if path == "reference":
         return gated_residual_adaln_reference(residual, y, gate, shift, scale, frame_len, eps)
     from cuda_ext.triton_kernels.adaln import triton_gated_residual_adaln

@@ -19,6 +19,8 @@ PyTorch ops (d residual = dout, dy = gate * dout, dgate = per-frame sum of dout 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -109,8 +111,17 @@ def _block_c(channels: int) -> int:
     return triton.next_power_of_2(channels)
 
 
+def _result_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """The dtype eager PyTorch would return (e.g. an fp32 residual stream with bf16 autocast conditioning)."""
+    return functools.reduce(torch.promote_types, (t.dtype for t in tensors))
+
+
 class _AdaLN(torch.autograd.Function):
-    """h = modulate(LayerNorm(x)); with residual/y/gate, x = residual + gate * y is computed and returned too."""
+    """h = modulate(LayerNorm(x)); with residual/y/gate, x = residual + gate * y is computed and returned too.
+
+    Inputs may differ in dtype (the kernels convert every load to fp32); outputs take the promoted dtype
+    and each gradient its input's dtype, as in eager PyTorch.
+    """
 
     @staticmethod
     def forward(ctx, x, shift, scale, frame_len, eps, y=None, gate=None):
@@ -118,10 +129,12 @@ class _AdaLN(torch.autograd.Function):
         x, shift, scale = x.contiguous(), shift.contiguous(), scale.contiguous()
         y = y.contiguous() if has_residual else x
         gate = gate.contiguous() if has_residual else scale
+        ctx.input_dtypes = tuple(t.dtype for t in (x, shift, scale, y, gate))
         batch, length, channels = x.shape
         rows = batch * length
-        x_out = torch.empty_like(x) if has_residual else x
-        h = torch.empty_like(x)
+        out_dtype = _result_dtype(x, shift, scale, y, gate)
+        x_out = torch.empty(x.shape, device=x.device, dtype=_result_dtype(x, y, gate)) if has_residual else x
+        h = torch.empty(x.shape, device=x.device, dtype=out_dtype)
         mean = torch.empty(rows, device=x.device, dtype=torch.float32)
         rstd = torch.empty_like(mean)
         _adaln_fwd[(rows,)](
@@ -135,16 +148,18 @@ class _AdaLN(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         x, scale, mean, rstd, y, gate = ctx.saved_tensors
+        x_dtype, shift_dtype, scale_dtype, y_dtype, gate_dtype = ctx.input_dtypes
         if ctx.has_residual:
             dx_out, dh = grads
             dx_out = torch.zeros_like(x) if dx_out is None else dx_out.contiguous()
         else:
             (dh,), dx_out = grads, x  # dx_out is not read without a residual
-        dh = torch.zeros_like(x) if dh is None else dh.contiguous()
-        dx = torch.empty_like(x)
-        dshift, dscale = torch.empty_like(scale), torch.empty_like(scale)
-        dy = torch.empty_like(x) if ctx.has_residual else dx
-        dgate = torch.empty_like(scale) if ctx.has_residual else dshift
+        dh = torch.zeros(x.shape, device=x.device, dtype=x.dtype) if dh is None else dh.contiguous()
+        dx = torch.empty(x.shape, device=x.device, dtype=x_dtype)
+        dshift = torch.empty(scale.shape, device=x.device, dtype=shift_dtype)
+        dscale = torch.empty(scale.shape, device=x.device, dtype=scale_dtype)
+        dy = torch.empty(x.shape, device=x.device, dtype=y_dtype) if ctx.has_residual else dx
+        dgate = torch.empty(scale.shape, device=x.device, dtype=gate_dtype) if ctx.has_residual else dshift
         frames = scale.shape[0] * scale.shape[1]
         _adaln_bwd[(frames,)](
             x, scale, dh, mean, rstd, dx, dshift, dscale, dx_out, y, gate, dy, dgate, x.shape[2], ctx.frame_len,
@@ -160,12 +175,12 @@ class _GatedResidual(torch.autograd.Function):
     def forward(ctx, residual, y, gate, frame_len):
         residual, y, gate = residual.contiguous(), y.contiguous(), gate.contiguous()
         batch, length, channels = residual.shape
-        out = torch.empty_like(residual)
+        out = torch.empty(residual.shape, device=residual.device, dtype=_result_dtype(residual, y, gate))
         _gated_residual_fwd[(batch * length,)](
             residual, y, gate, out, length, channels, frame_len, BLOCK_C=_block_c(channels)
         )
         ctx.save_for_backward(y, gate)
-        ctx.frame_len = frame_len
+        ctx.frame_len, ctx.residual_dtype = frame_len, residual.dtype
         return out
 
     @staticmethod
@@ -173,9 +188,9 @@ class _GatedResidual(torch.autograd.Function):
         y, gate = ctx.saved_tensors
         batch, frames, channels = gate.shape
         per_frame = (batch, frames, ctx.frame_len, channels)
-        dy = (dout.reshape(per_frame) * gate[:, :, None, :]).reshape(y.shape)
-        dgate = (dout.reshape(per_frame) * y.reshape(per_frame)).sum(2)
-        return dout, dy, dgate, None
+        dy = (dout.reshape(per_frame) * gate[:, :, None, :]).reshape(y.shape).to(y.dtype)
+        dgate = (dout.reshape(per_frame) * y.reshape(per_frame)).sum(2).to(gate.dtype)
+        return dout.to(ctx.residual_dtype), dy, dgate, None
 
 
 def triton_adaln_modulate(x, shift, scale, frame_len: int, eps: float = 1e-6) -> torch.Tensor:
