@@ -5,9 +5,9 @@
 Training episodes start from a pool of real first observations (simulator resets, rendered and never
 stepped, or dataset episodes) and run only in the world model (`rl_finetune.grpo`). Every
 `eval.every` iterations the policy is evaluated in imagination and in the simulator from the same held-out
-starts; imagined and simulated success are logged side by side. When they drift apart by more than
-`eval.max_gap`, the policy is exploiting the world model: training stops and the policy rolls back to the
-last evaluated weights whose gap was within the margin.
+starts; imagined and simulated success are logged side by side. When their difference moves by more than
+`eval.max_gap` from the BC policy's (the world model's own bias), the policy is exploiting the world
+model: training stops and the policy rolls back to the last evaluated weights within the margin.
 
 Simulator physics steps are counted around every training iteration (`rl_finetune.sim_steps`); the run
 fails if training used any, and the summary reports the evaluation's sim steps separately.
@@ -56,7 +56,9 @@ class FinetuneEvalConfig:
     episodes: int = 20  # held-out starts, evaluated in imagination and in the simulator
     seed: int = 100_000  # sim seeds of the held-out starts (as evaluate_policy.py)
     batch_envs: int = 10
-    max_gap: float = 0.25  # |imagined - sim| success beyond this -> roll back and stop
+    # Roll back and stop when imagined - sim success has moved by more than this since the BC policy's
+    # evaluation (the BC policy's own gap is the world model's bias, present before any RL).
+    max_gap: float = 0.25
     sim: SimEvalConfig = field(default_factory=lambda: SimEvalConfig(videos=0))
 
 
@@ -164,10 +166,12 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         metrics.flush()
         if it % cfg.eval.every == 0 or it == cfg.iterations:
             ev = run_eval(it)
-            if abs(ev["gap"]) > cfg.eval.max_gap:
+            drift = ev["gap"] - evaluations[0]["gap"]
+            if abs(drift) > cfg.eval.max_gap:
                 policy.load_state_dict(good)
                 stopped = (
-                    f"iteration {it}: |imagined - sim| = {abs(ev['gap']):.2f} > max_gap {cfg.eval.max_gap}; "
+                    f"iteration {it}: imagined - sim success moved by {drift:+.2f} since BC "
+                    f"(> max_gap {cfg.eval.max_gap}); "
                     f"rolled back to the weights of iteration {evaluations[-2]['iteration']}"
                 )
                 tqdm.write(stopped)

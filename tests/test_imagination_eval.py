@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
 
 from rl_finetune.grpo import GRPOConfig
@@ -116,3 +117,36 @@ def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_mode
     assert (tmp_path / "ft" / "pretrained_model" / "model.safetensors").is_file()
     assert (tmp_path / "ft" / "learning_curve.png").is_file()
     assert len((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_finetune_rolls_back_when_imagination_and_sim_drift_apart(tmp_path, saved_models, monkeypatch):
+    from rl_finetune import policy_finetune
+    from vla.factory import load_policy
+
+    wm, policies = saved_models
+    gaps = iter([0.1, 0.2, 0.6])  # BC, iteration 1 (drift +0.1: fine), iteration 2 (drift +0.5: exploit)
+
+    def scripted(policy, env, starts, cfg, device):
+        gap = next(gaps)
+        return {"imagined_success": 0.3 + gap, "sim_success": 0.3, "gap": gap, "sim_steps": 0,
+                "imagined_success_ci95": [0, 1], "sim_success_ci95": [0, 1], "imagined_progress": 0.0,
+                "sim_progress": 0.0}  # fmt: skip
+
+    monkeypatch.setattr(policy_finetune, "evaluate", scripted)
+    cfg = FinetunePolicyConfig(
+        policy=PolicyPath(policies[0]),
+        world_model=wm,
+        output_dir=str(tmp_path / "ft"),
+        iterations=5,
+        env=WorldModelEnvConfig(horizon=4),
+        grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-2),
+        starts=StartsConfig(count=3, seed=0),
+        eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, max_gap=0.3, sim=SIM),
+    )
+    summary = finetune(cfg)
+    assert summary["iterations_run"] == 2 and "iteration 2" in summary["stopped"]
+    assert summary["after"]["iteration"] == 1
+    saved = load_policy(tmp_path / "ft" / "pretrained_model").state_dict()
+    bc = load_policy(policies[0]).state_dict()
+    # the saved weights are iteration 1's: trained (not BC), and not iteration 2's exploit
+    assert any(not torch.equal(saved[k], bc[k]) for k in bc)
