@@ -119,6 +119,7 @@ def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_mode
     assert len((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()) == 2
 
 
+@pytest.mark.slow  # three GRPO iterations with evaluation: ~12 s on the shared machine
 def test_finetune_rolls_back_when_imagination_and_sim_drift_apart(tmp_path, saved_models, monkeypatch):
     from rl_finetune import policy_finetune
     from vla.factory import load_policy
