@@ -23,6 +23,7 @@ from common.config import load_config, save_config
 from data.features import ACTION, STATE
 from data.stats import Normalizer, Stats, load_stats, save_stats
 from world_model import flow
+from world_model.codec import AutoencoderConfig, FrameCodec
 from world_model.dit import VideoDiT, VideoDiTConfig
 from world_model.heads import OutcomeHeads
 from world_model.idm import InverseDynamicsConfig, InverseDynamicsModel
@@ -36,6 +37,9 @@ class WorldModelConfig:
     dit: VideoDiTConfig = field(default_factory=VideoDiTConfig)
     idm: InverseDynamicsConfig = field(default_factory=InverseDynamicsConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)  # the default rollout sampler
+    autoencoder: AutoencoderConfig = field(
+        default_factory=AutoencoderConfig
+    )  # latent space when a path is set
     cameras: tuple[str, ...] = ("front",)
     parameterisation: str = "x0"  # x0 | velocity | edm (x0 was the one that worked on CPU)
     sigma_data: float = 0.5  # for edm preconditioning, frames in [-1, 1]
@@ -97,7 +101,17 @@ class WorldModel(nn.Module):
         self.cfg = cfg
         self.dit = VideoDiT(cfg.dit)
         self.heads = OutcomeHeads(cfg.dit.width)
-        self.idm = InverseDynamicsModel(cfg.idm, cfg.dit.channels, cfg.dit.num_views)
+        self.codec = FrameCodec(cfg.autoencoder)
+        self.pixel_size = cfg.autoencoder.image_size if self.codec.latent else cfg.dit.image_size
+        if self.codec.latent and self.codec.latent_shape() != (cfg.dit.channels, cfg.dit.image_size):
+            c, size = self.codec.latent_shape()
+            raise ValueError(
+                f"autoencoder {cfg.autoencoder.path} makes {c}x{size}x{size} latents from "
+                f"{cfg.autoencoder.image_size}px frames: set dit.channels={c} and dit.image_size={size}"
+            )
+        if not self.codec.latent and cfg.dit.channels != 3:
+            raise ValueError(f"dit.channels={cfg.dit.channels}: pixel space (no autoencoder.path) needs 3")
+        self.idm = InverseDynamicsModel(cfg.idm, 3, cfg.dit.num_views)
         self.stats = stats or identity_stats(cfg.dit.action_dim, cfg.idm.state_dim)
         for key, dim in ((ACTION, cfg.dit.action_dim), (STATE, cfg.idm.state_dim)):
             if key not in self.stats or len(self.stats[key]["mean"]) != dim:
@@ -135,11 +149,11 @@ class WorldModel(nn.Module):
             added = True
         else:
             added = False
-        expected = (d.num_views, d.channels, d.image_size, d.image_size)
-        if frames.dim() != 6 or tuple(frames.shape[2:]) != expected:
+        size = self.pixel_size
+        if frames.dim() != 6 or tuple(frames.shape[2:]) != (d.num_views, 3, size, size):
             raise ValueError(
-                f"{name}: expected [B, T, {d.num_views}, {d.channels}, {d.image_size}, {d.image_size}] "
-                f"(or [B, T, C, H, W] with one camera), got {list(frames.shape)}"
+                f"{name}: expected [B, T, {d.num_views}, 3, {size}, {size}] "
+                f"(or [B, T, 3, H, W] with one camera), got {list(frames.shape)}"
             )
         return frames, added
 
@@ -169,8 +183,9 @@ class WorldModel(nn.Module):
         noised) earlier frames, the same view it has in a KV-cache rollout.
         """
         cfg = self.cfg
-        x, _ = self._with_views(frames, "frames")
-        x = self.frames_in(x)
+        pixels, _ = self._with_views(frames, "frames")
+        pixels = self.frames_in(pixels)
+        x = self.codec.encode(pixels)
         b, t_len = x.shape[:2]
         if t_len < 2:
             raise ValueError(f"training windows need at least 2 frames, got {t_len}")
@@ -233,7 +248,7 @@ class WorldModel(nn.Module):
             if state is None:
                 raise ValueError("idm.use_state=True but the batch has no observation.state")
             s = self.normalize_state(state[:, :-1]).flatten(0, 1)
-        idm_pred = self.idm(x[:, :-1].flatten(0, 1), x[:, 1:].flatten(0, 1), s)
+        idm_pred = self.idm(pixels[:, :-1].flatten(0, 1), pixels[:, 1:].flatten(0, 1), s)
         idm_loss = F.mse_loss(idm_pred, a[:, :-1].flatten(0, 1))
         logs["loss/idm"] = idm_loss.item()
         loss = loss + cfg.idm_loss_weight * idm_loss
@@ -337,7 +352,7 @@ class WorldModel(nn.Module):
         if future_actions.dim() != 3 or future_actions.shape[0] != b or future_actions.shape[2] != a_dim:
             raise ValueError(f"future_actions: expected [{b}, H, {a_dim}], got {list(future_actions.shape)}")
         dev = ctx.device
-        x = self.frames_in(ctx)
+        x = self.codec.encode(self.frames_in(ctx))
         a_ctx = torch.cat([torch.zeros(b, 1, a_dim, device=dev), self.normalize_action(context_actions)], 1)
         valid = torch.ones(b, c, dtype=torch.bool, device=dev)
         valid[:, 0] = False
@@ -375,7 +390,9 @@ class WorldModel(nn.Module):
                 return cond, self._x0(x_t, last, a, ~yes, t, index, cache, history)
 
             noise = torch.randn(last.shape, generator=generator, device=dev)
-            x0 = sample(denoise, noise, sampler).clamp(-1, 1)
+            x0 = sample(denoise, noise, sampler)
+            if not self.codec.latent:
+                x0 = x0.clamp(-1, 1)  # pixels; latents have no fixed range
             frames.append(x0)
             clean_new = flow.add_noise(
                 x0, torch.randn(x0.shape, generator=generator, device=dev), torch.tensor(s, device=dev)
@@ -385,7 +402,7 @@ class WorldModel(nn.Module):
             rewards.append(out["reward"])
             success.append(torch.sigmoid(out["success_logit"]))
             last = clean_new
-        gen = self.frames_out(torch.cat(frames, 1))
+        gen = self.frames_out(self.codec.decode(torch.cat(frames, 1)))
         if squeeze:
             gen = gen.squeeze(2)
         return gen, torch.stack(rewards, 1), torch.stack(success, 1)

@@ -52,7 +52,8 @@ def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
     if ds_cfg.cameras and list(ds_cfg.cameras) != cameras:
         raise DatasetError(f"dataset.cameras={ds_cfg.cameras} differs from model.cameras={cameras}")
     ds_cfg.cameras = cameras
-    ds_cfg.image_size = [cfg.model.dit.image_size, cfg.model.dit.image_size]
+    size = cfg.model.autoencoder.image_size if cfg.model.autoencoder.path else cfg.model.dit.image_size
+    ds_cfg.image_size = [size, size]
     ds_cfg.action_dim = cfg.model.dit.action_dim
     return EpisodeDataset(ds_cfg)
 
