@@ -5,21 +5,28 @@ python evaluate_policy.py --config configs/eval/tiny.yaml --policy.path ... --si
 
 Backends: `sim` (the MuJoCo tabletop envs). The summary goes to `<output_dir>/summary.json`
 (default: `<policy.path>/../eval_<backend>_<task>`), videos to `<output_dir>/videos/`.
+
+Backend `imagination` (rl_finetune.policy_ranking) runs the policy in a world model from the sim's initial
+states; `--rank a b ... --compare-sim` ranks several policies against the simulator (Pearson, Spearman, MMRV):
+python evaluate_policy.py --backend imagination --imagination.world_model=... --rank a b c --compare-sim
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.checkpoint import save_json
 from common.config import ConfigError, parse_cli
+from rl_finetune.imagination_eval import ImaginationEvalConfig
+from rl_finetune.policy_ranking import fold_cli_args, run_imagination
 from vla.factory import load_policy
 from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 
-BACKENDS = ("sim",)
+BACKENDS = ("sim", "imagination")
 
 
 @dataclass
@@ -36,12 +43,17 @@ class EvaluatePolicyConfig:
     output_dir: str = ""
     device: str = "cpu"
     sim: SimEvalConfig = field(default_factory=SimEvalConfig)
+    imagination: ImaginationEvalConfig = field(default_factory=ImaginationEvalConfig)
+    rank: list[str] = field(default_factory=list)  # several policy paths (backend imagination)
+    compare_sim: bool = False  # imagination: also run the sim from the same starts and compare
 
 
 def evaluate(cfg: EvaluatePolicyConfig) -> tuple[dict, Path]:
     """Run the chosen backend; returns the summary and the directory it was written to."""
     if cfg.backend not in BACKENDS:
         raise ConfigError(f"--backend={cfg.backend!r}: expected one of {BACKENDS}")
+    if cfg.backend == "imagination" or cfg.rank:
+        raise ConfigError("backend imagination and --rank run through main() (rl_finetune.policy_ranking)")
     if not cfg.policy.path:
         raise ConfigError("--policy.path is required: a directory written by train_policy.py")
     policy = load_policy(cfg.policy.path, cfg.device)
@@ -55,7 +67,10 @@ def evaluate(cfg: EvaluatePolicyConfig) -> tuple[dict, Path]:
 def main(args: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.environ.setdefault("MUJOCO_GL", "egl")
-    cfg = parse_cli(EvaluatePolicyConfig, args)
+    cfg = parse_cli(EvaluatePolicyConfig, fold_cli_args(sys.argv[1:] if args is None else list(args)))
+    if cfg.backend == "imagination" or cfg.rank:
+        run_imagination(cfg)  # prints its table, writes ranking.json (+ the scatter PNG with --compare-sim)
+        return
     summary, output_dir = evaluate(cfg)
     lo, hi = summary["success_ci95"]
     print(

@@ -248,11 +248,12 @@ def run_imagination(cfg) -> dict:
     result = rank_policies(
         paths,
         cfg.imagination,
-        cfg.sim if cfg.compare_sim else None,
+        cfg.sim,
         cfg.episodes,
         cfg.seed,
         output_dir,
         cfg.device,
+        compare_sim=cfg.compare_sim,
     )
     print(format_table(result["rows"]))
     if "ranking" in result:

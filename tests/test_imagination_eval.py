@@ -151,3 +151,22 @@ def test_finetune_rolls_back_when_imagination_and_sim_drift_apart(tmp_path, save
     bc = load_policy(policies[0]).state_dict()
     # the saved weights are iteration 1's: trained (not BC), and not iteration 2's exploit
     assert any(not torch.equal(saved[k], bc[k]) for k in bc)
+
+
+def test_evaluate_policy_cli_backend_imagination(tmp_path, saved_models, capsys):
+    import evaluate_policy
+
+    wm, policies = saved_models
+    out = tmp_path / "eval"
+    evaluate_policy.main(
+        ["--backend", "imagination", "--policy.path", policies[0], f"--imagination.world_model={wm}",
+         "--sim.max_steps=3", "--episodes=2", "--imagination.videos=0", f"--output_dir={out}"]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "imagined" in printed and "policy_0" in printed
+    saved = json.loads((out / "ranking.json").read_text())
+    record = saved["policies"]["policy_0"]["imagination"]
+    assert record["episodes"] == 2 and record["sim_steps"] == 0 and "sim" not in saved["policies"]["policy_0"]
+    assert all(e["length"] <= 3 for e in record["per_episode"])
+    with pytest.raises(ValueError, match="--backend imagination"):
+        evaluate_policy.main(["--rank", policies[0], policies[1], f"--imagination.world_model={wm}"])
