@@ -32,7 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
 from real_robot.fusion import FuserConfig, make_fuser  # noqa: E402
-from real_robot.inference import InferenceRequest, SimulatedLatencyInference, ThreadedInference  # noqa: E402
+from real_robot.inference import (  # noqa: E402
+    InferenceRequest,
+    PolicyRunner,
+    SimulatedLatencyInference,
+    ThreadedInference,
+)
 from real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep, run_realtime  # noqa: E402
 from real_robot.safety import SafetyLimiter  # noqa: E402
 from sim.embodiment import TABLETOP_ARM  # noqa: E402
@@ -217,22 +222,35 @@ def open_loop(args) -> list[dict]:
 def closed_loop(args) -> list[dict]:
     from sim.robot import SimRobot, SimRobotConfig
 
+    vla = None
+    if args.policy_path:
+        from real_robot.deploy import load_policy
+
+        vla = load_policy(args.policy_path)
     rows = []
     for latency_ms in args.latencies_ms:
         for mode in tqdm(MODES, desc=f"closed loop {latency_ms} ms", leave=False):
             results, metrics = [], []
             for ep in range(args.episodes):
+                cameras = ("front", "wrist") if vla is not None else ()  # the expert reads the scene state
                 robot = SimRobot(
-                    SimRobotConfig(task=args.task, seed=ep, control_hz=int(args.control_hz), cameras=())
+                    SimRobotConfig(task=args.task, seed=ep, control_hz=int(args.control_hz), cameras=cameras)
                 )
                 robot.connect()
                 try:
-                    policy = ExpertChunkPolicy(
-                        robot, args.chunk_size, mode == "rtc", 5 if mode == "sync" else None
-                    )
-                    policy.reset(seed=ep)
+                    if vla is not None:
+                        vla.reset()
+                        torch.manual_seed(ep)
+                        policy = PolicyRunner(vla, SPEC.joint_names, robot.task, use_prefix=mode == "rtc")
+                        chunk_size = vla.chunk_size
+                    else:
+                        policy = ExpertChunkPolicy(
+                            robot, args.chunk_size, mode == "rtc", 5 if mode == "sync" else None
+                        )
+                        policy.reset(seed=ep)
+                        chunk_size = args.chunk_size
                     latency = latency_sampler(2000 + ep, latency_ms / 1e3, args.jitter)
-                    runtime = _runtime(mode, robot, policy, latency, args.control_hz, args.chunk_size)
+                    runtime = _runtime(mode, robot, policy, latency, args.control_hz, chunk_size)
                     log = run_lockstep(runtime, args.episode_s, stop=robot.task_success)
                     success = robot.task_success()
                     results.append((success, len(log.times) / args.control_hz))
@@ -321,6 +339,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--open_loop_s", type=float, default=30.0)
     p.add_argument("--task", default="push")
+    p.add_argument("--policy_path", default=None, help="closed loop with this policy instead of the expert")
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--episode_s", type=float, default=8.0)
     p.add_argument("--jitter_s", type=float, default=20.0)
@@ -338,7 +357,9 @@ def main() -> None:
     if "closed" in args.parts:
         figures["closed_loop"] = rows = closed_loop(args)
         figures["closed_loop_policy"] = (
-            "scripted expert wrapped as a chunking policy (no trained VLA available)"
+            f"policy {args.policy_path} (sync and async with the same latencies)"
+            if args.policy_path
+            else "scripted expert (skill 1) wrapped as a chunking policy with artificial latency"
         )
         print_table(rows, f"closed loop (sim {args.task}, scripted-expert chunks, lock-step latency)")
     if "jitter" in args.parts:
