@@ -4,12 +4,14 @@
 
 Records push episodes from a skill mixture (as the world model's data would be), 64x64, both cameras,
 PNG images inside parquet (use_videos=False), with and without lerobot's async image-writer threads.
+The machine is shared: the load average is recorded with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -61,9 +63,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64])
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     rows = [measure(args.episodes, size, threads) for size in args.sizes for threads in args.threads]
     print_table(rows, title="recording push demos (skill mixture 0.3-1.0, cameras front+wrist)")
-    path = write_result("recording", {"rows": rows})
+    load = {"load_avg_1min_before": load_before, "load_avg_1min_after": os.getloadavg()[0]}
+    print(f"machine load (1-min average) before/after: {load_before:.1f} / {load['load_avg_1min_after']:.1f}")
+    path = write_result("recording", {**load, "rows": rows})
     print(f"wrote {path}")
 
 

@@ -1,6 +1,6 @@
 """Simulator speed: physics-only steps/s, render-only frames/s, and env step+render frames/s.
 
-    MUJOCO_GL=egl OMP_NUM_THREADS=1 python benchmarks/sim_speed.py [--steps 400 --repeats 3]
+    MUJOCO_GL=egl OMP_NUM_THREADS=1 python benchmarks/sim_speed.py [--steps 200 --repeats 10]
 
 One env step = 1/fps s of physics (20 MuJoCo steps) + rendering both cameras (`front`, `wrist`). The
 machine is shared, so each figure is the best of `--repeats` runs and the load average is recorded.
@@ -84,8 +84,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128])
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
