@@ -116,6 +116,9 @@ def _closing(start: float, now: float, goal: float) -> float:
     return float(np.clip((start - now) / (start - goal), 0.0, 1.0))
 
 
+_BELOW_SUCCESS = 0.999  # progress of any state that is not a success (1.0 is reserved for success)
+
+
 def progress(task: TaskInstance, state: SceneState, initial: SceneState) -> float:
     if is_success(task, state):
         return 1.0
@@ -125,11 +128,12 @@ def progress(task: TaskInstance, state: SceneState, initial: SceneState) -> floa
         REACH_RADIUS,
     )
     if task.kind == "reach":
-        return min(reach, 0.999)
+        return min(reach, _BELOW_SUCCESS)
     zone = state.zones[task.zone]
     push = _closing(
         distance_outside_zone(initial.cubes[task.cube], zone),
         distance_outside_zone(state.cubes[task.cube], zone),
         0.0,
     )
-    return min(REACH_WEIGHT_IN_PUSH * reach + (1 - REACH_WEIGHT_IN_PUSH) * push, 0.999)
+    # e.g. a cube held above the square: every distance is closed, yet it is not a success
+    return min(REACH_WEIGHT_IN_PUSH * reach + (1 - REACH_WEIGHT_IN_PUSH) * push, _BELOW_SUCCESS)
