@@ -98,14 +98,12 @@ class ControlRuntime:
         use_prefix: bool = False,
         on_observation: Callable[[dict, float, np.ndarray], None] | None = None,
     ):
-        self.io, self.inference, self.fuser, self.safety, self.spec, self.cfg = (
-            io,
-            inference,
-            fuser,
-            safety,
-            spec,
-            cfg,
-        )
+        self.io = io
+        self.inference = inference
+        self.fuser = fuser
+        self.safety = safety
+        self.spec = spec
+        self.cfg = cfg
         self.control_dt = 1.0 / cfg.control_hz
         self.policy_dt = 1.0 / spec.fps
         self.chunk_size = policy_chunk_size
@@ -145,11 +143,16 @@ class ControlRuntime:
         v = np.abs(self.safety.state.velocity)
         return int(np.max(np.ceil(v / (self.safety.amax * self.control_dt)))) + 2
 
-    def safe_stop_step(self) -> np.ndarray:
-        """One tick of braking to a hold (Ctrl-C, errors, end of episode)."""
-        command = self.safety.filter(None)
-        self.io.send(command)
-        return command
+    def safe_stop_step(self) -> bool:
+        """One tick of braking to a hold (Ctrl-C, errors, end of episode); False if the robot failed."""
+        if not self.safety.started:
+            return False
+        try:
+            self.io.send(self.safety.filter(None))
+        except Exception as e:  # the original error (if any) is what the caller must see
+            logger.error("safe stop: could not send the braking command: %s", e)
+            return False
+        return True
 
     # ---- one control tick ----------------------------------------------------------------------------
     def step(self, now: float) -> np.ndarray:
@@ -251,9 +254,9 @@ def run_lockstep(
             if stop is not None and stop():
                 break
     finally:
-        if runtime.safety.started:
-            for _ in range(runtime.brake_ticks()):
-                runtime.safe_stop_step()
+        for _ in range(runtime.brake_ticks() if runtime.safety.started else 0):
+            if not runtime.safe_stop_step():
+                break
     return runtime.log
 
 
@@ -293,7 +296,8 @@ def run_realtime(
     finally:
         deadline = time.perf_counter()
         for _ in range(runtime.brake_ticks() if runtime.safety.started else 0):
-            runtime.safe_stop_step()
+            if not runtime.safe_stop_step():
+                break
             deadline = _wait_until(deadline + period, cfg.spin_s)
         sys.setswitchinterval(old_switch)
         if old_policy is not None:

@@ -21,13 +21,21 @@ class FakeRobot:
 
     name = "fake"
 
-    def __init__(self, start=None, image_size=(8, 8), joint_names=TABLETOP_ARM.joint_names, fail_after=None):
+    def __init__(
+        self,
+        start=None,
+        image_size=(8, 8),
+        joint_names=TABLETOP_ARM.joint_names,
+        fail_after=None,
+        interrupt_at=None,
+    ):
         self.joint_names = joint_names
         self.position = np.zeros(len(joint_names)) if start is None else np.asarray(start, dtype=float)
         self.image_size = image_size
         self.sent: list[np.ndarray] = []
         self.connected = False
         self.fail_after = fail_after  # raise on this many-th send_action (an error mid-run)
+        self.interrupt_at = interrupt_at  # raise KeyboardInterrupt once, as Ctrl-C would, at this send
         self.task = "reach the red cube"
 
     @property
@@ -58,6 +66,9 @@ class FakeRobot:
         assert self.connected, "send_action on a disconnected robot"
         if self.fail_after is not None and len(self.sent) >= self.fail_after:
             raise OSError("fake robot: serial bus error")
+        if self.interrupt_at is not None and len(self.sent) == self.interrupt_at:
+            self.interrupt_at = None
+            raise KeyboardInterrupt
         self.position = np.array([action[f"{j}.pos"] for j in self.joint_names])
         self.sent.append(self.position.copy())
         return action

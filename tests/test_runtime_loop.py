@@ -42,7 +42,9 @@ def test_lockstep_run_measures_the_delay_and_never_stalls(fuser):
     assert len(log.switch_times) >= 5
     np.testing.assert_allclose(log.delays, 0.15, atol=1e-9)  # delay on the control clock, cold start excluded
     assert sum(log.stalled) == 0
-    assert len(robot.sent) == len(log.times) + runtime.brake_ticks() or len(robot.sent) > len(log.times)
+    sent = np.array(robot.sent)
+    assert len(sent) > len(log.times)  # braking ticks after the run
+    np.testing.assert_allclose(sent[-1], sent[-2], atol=1e-12)  # ...that end at rest
 
 
 def test_sync_schedule_stalls_while_the_policy_computes():
@@ -101,6 +103,20 @@ def test_an_error_mid_run_ends_in_a_safe_stop_and_disconnect():
     cfg.runtime.status_every_s = 0.0
     with pytest.raises(OSError, match="serial bus error"):
         deploy(cfg, policy=SlowSmoothPolicy(latency_s=0.02), robot=robot)
+    assert not robot.is_connected
+
+
+def test_ctrl_c_brakes_to_a_hold_then_disconnects():
+    robot = FakeRobot(start=np.full(SPEC.num_joints, 0.2), interrupt_at=80)
+    cfg = DeployConfig(episode_time_s=3.0)
+    cfg.runtime.status_every_s = 0.0
+    with pytest.raises(KeyboardInterrupt):
+        deploy(cfg, policy=SlowSmoothPolicy(latency_s=0.02, amplitude=3.0), robot=robot)
+    sent = np.array(robot.sent)
+    assert 80 < len(sent) < 150  # stopped at the interrupt, not at the end of the episode
+    moving = np.abs(sent[79] - sent[78]).max() / 0.01
+    assert moving > 0.05  # it was moving when interrupted...
+    np.testing.assert_allclose(sent[-1], sent[-2], atol=1e-12)  # ...and braked to a hold
     assert not robot.is_connected
 
 
