@@ -181,3 +181,27 @@ def test_rail_continues_from_the_executed_command_when_safety_overrode_the_plan(
     start = fuser.state(0.5)
     np.testing.assert_allclose(start.position, 0.05, atol=1e-12)
     np.testing.assert_allclose(start.velocity, 0.0, atol=1e-12)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["naive", "temporal_ensemble", "weighted_average", "rail", "rtc"]), chunk_streams())
+def test_fused_commands_after_safety_never_exceed_the_limits(name, stream):
+    from real_robot.safety import SafetyLimiter
+
+    start, chunks = stream
+    fuser = make_fuser(FuserConfig(name=name), SPEC, CONTROL_DT)
+    safety = SafetyLimiter(SPEC, CONTROL_DT)
+    fuser.reset(safety.reset(start))
+    pending = list(chunks)
+    commands = [safety.state.position]
+    for tick in range(int((chunks[-1][2] + 1.0) / CONTROL_DT)):
+        now = tick * CONTROL_DT
+        while pending and pending[0][2] <= now + 1e-9:
+            actions, obs_time, _ = pending.pop(0)
+            fuser.add_chunk(Chunk(actions * 3.0, obs_time, POLICY_DT), now, safety.state)  # some out of range
+        commands.append(safety.filter(fuser.command(now)))
+    path = np.array(commands)
+    assert np.all(path >= SPEC.lower() - 1e-12) and np.all(path <= SPEC.upper() + 1e-12)
+    v = np.diff(path, axis=0) / CONTROL_DT
+    assert np.all(np.abs(v) <= SPEC.max_velocity() * (1 + 1e-9))
+    assert np.all(np.abs(np.diff(v, axis=0)) / CONTROL_DT <= SPEC.max_acceleration() * (1 + 1e-6) + 1e-6)
