@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,8 @@ import data.recording as recording
 from data.features import ACTION, DONE, REWARD, STATE, SUCCESS, image_key
 from data.recording import RECORDING_META, RecordingConfig, record_demos
 from sim.tabletop_env import TabletopEnv
+
+TINY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "record" / "tiny.yaml"
 
 
 def _config(tmp_path, **overrides) -> RecordingConfig:
@@ -89,3 +92,22 @@ def test_skill_mixture_and_bad_config():
         RecordingConfig(skill_range=[0.9, 0.2]).validate()
     with pytest.raises(ValueError, match="task"):
         RecordingConfig(task="fly").validate()
+
+
+def test_record_demos_cli_with_the_tiny_config(tmp_path):
+    import record_demos
+
+    root = tmp_path / "cli"
+    record_demos.main(
+        [
+            "--config",
+            "configs/record/tiny.yaml",
+            f"--root={root}",
+            "--episodes=1",
+            "--max_steps=3",
+            "--image_size=16",
+        ]
+    )
+    meta = json.loads((root / RECORDING_META).read_text())
+    assert meta["complete"] and meta["config"]["skill_range"] == [0.3, 1.0]
+    assert 0.3 <= meta["episodes"][0]["skill"] <= 1.0
