@@ -101,7 +101,7 @@ def test_record_demos_cli_with_the_tiny_config(tmp_path):
     record_demos.main(
         [
             "--config",
-            "configs/record/tiny.yaml",
+            str(TINY_CONFIG),
             f"--root={root}",
             "--episodes=1",
             "--max_steps=3",
