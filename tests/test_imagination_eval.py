@@ -170,3 +170,16 @@ def test_evaluate_policy_cli_backend_imagination(tmp_path, saved_models, capsys)
     assert all(e["length"] <= 3 for e in record["per_episode"])
     with pytest.raises(ValueError, match="--backend imagination"):
         evaluate_policy.main(["--rank", policies[0], policies[1], f"--imagination.world_model={wm}"])
+
+
+def test_replay_actions_is_open_loop_and_seeded():
+    from rl_finetune.imagination_eval import replay_actions
+
+    env = WorldModelEnv(tiny_world_model(), WorldModelEnvConfig(horizon=5))
+    starts, actions = random_starts(3), torch.rand(3, 7, 4)
+    a = replay_actions(env, starts, actions, seed=1, chunk=2)
+    assert env.steps_taken == 5 or env.succeeded.all()  # stops at the horizon, not at the end of the actions
+    assert a == replay_actions(env, starts, actions, seed=1, chunk=2)
+    assert len(a) == 3 and all(0 <= r["progress"] <= 1 for r in a)
+    with pytest.raises(ValueError, match="actions"):
+        replay_actions(env, starts, actions[:2], seed=1)
