@@ -43,7 +43,6 @@ class TabletopSim:
         self._max_velocity = embodiment.max_velocity()
         names = embodiment.joint_names
         self._qpos_idx = np.array([self.model.joint(n).qposadr[0] for n in names])
-        self._dof_idx = np.array([self.model.joint(n).dofadr[0] for n in names])
         self._act_idx = np.array([self.model.actuator(n).id for n in names])
         self._cube_qpos = {c: self.model.joint(f"cube_{c}").qposadr[0] for c in CUBE_COLORS}
         self._zone_mocap = {c: self.model.body(f"zone_{c}").mocapid[0] for c in ZONE_COLORS}
@@ -102,9 +101,6 @@ class TabletopSim:
 
     def joint_positions(self) -> np.ndarray:
         return self.data.qpos[self._qpos_idx].copy()
-
-    def joint_velocities(self) -> np.ndarray:
-        return self.data.qvel[self._dof_idx].copy()
 
     def scene_state(self) -> SceneState:
         return SceneState(
