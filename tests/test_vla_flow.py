@@ -207,3 +207,21 @@ def test_bc_loss_decreases_on_a_tiny_set():
         losses.append(loss.item())
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
     assert math.isfinite(last) and last < 0.3 * first, (first, last)
+
+
+def test_resnet18_backbone_reads_local_weights(tmp_path):
+    import torchvision
+
+    from common.checkpoint import save_tensors
+
+    weights = tmp_path / "resnet18.safetensors"
+    save_tensors(torchvision.models.resnet18(weights=None).state_dict(), weights)
+    cfg = tiny_config(
+        image_size=(32, 32), vision=VisionConfig(backbone="resnet18", backbone_weights=str(weights))
+    )
+    policy = FlowVLAPolicy(cfg, STATS)
+    assert policy.observation_encoder.images.num_tokens == 4  # stride 16 on 32x32
+    loss, _ = policy(make_batch(2, cfg))
+    assert torch.isfinite(loss)
+    with pytest.raises(ValueError, match="backbone_weights"):
+        FlowVLAPolicy(tiny_config(vision=VisionConfig(backbone="resnet18")), STATS)
