@@ -58,7 +58,7 @@ class Stage:
     name: str
     script: str  # root script
     args: list[str]
-    done_marker: Path  # exists once the stage has produced its output
+    done_marker: Path  # exists once the stage has produced its output (see `is_done`)
     produced: Path
     metrics: Callable[[], dict] = dict
     launcher: list[str] = field(default_factory=lambda: [sys.executable])
@@ -100,7 +100,7 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
                 f"--skill_range={json.dumps(cfg.demo_skill_range)}",
                 "--overwrite=true",
             ],
-            data / "meta" / "info.json",
+            data / "meta" / "recording.json",
             data,
             lambda: _pick(_read_json(data / "meta" / "info.json"), "total_episodes", "total_frames", "fps"),
         ),
@@ -216,12 +216,22 @@ def _latest_eval(train_dir: Path) -> dict:
     return _read_json(evals[-1]) if evals else {}
 
 
+def is_done(stage: Stage) -> bool:
+    """The marker exists and, where it is a JSON record with a `complete` flag, says complete."""
+    if not stage.done_marker.is_file():
+        return False
+    if stage.done_marker.suffix == ".json":
+        record = _read_json(stage.done_marker)
+        return bool(record.get("complete", True)) if isinstance(record, dict) else True
+    return True
+
+
 def run_stage(stage: Stage, force: bool, log_dir: Path) -> StageRecord:
     script = REPO / stage.script
     if not script.is_file() or script.stat().st_size == 0:
         print(f"[{stage.name}] not available in this checkout ({stage.script} is missing)", flush=True)
         return StageRecord(stage.name, "not available", 0.0)
-    if stage.done_marker.exists() and not force:
+    if is_done(stage) and not force:
         print(f"[{stage.name}] skipped: {stage.produced} already exists (--force=true to redo)", flush=True)
         return StageRecord(stage.name, "skipped", 0.0, str(stage.produced), stage.metrics())
     log_dir.mkdir(parents=True, exist_ok=True)
