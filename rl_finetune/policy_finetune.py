@@ -16,6 +16,7 @@ fails if training used any, and the summary reports the evaluation's sim steps s
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,7 +25,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from common.checkpoint import save_json
+from common.checkpoint import (
+    atomic_directory,
+    load_json,
+    load_model_weights,
+    load_torch,
+    save_json,
+    save_torch,
+)
 from data.dataset import DatasetConfig, EpisodeDataset
 from rl_finetune import initial_states
 from rl_finetune.grpo import GRPOConfig, GRPOTrainer
@@ -70,6 +78,10 @@ class FinetunePolicyConfig:
     iterations: int = 30
     seed: int = 0
     device: str = "cpu"
+    resume: bool = (
+        False  # continue from the last checkpoint in output_dir (written at each passed evaluation)
+    )
+    keep_checkpoints: int = 2
     env: WorldModelEnvConfig = field(default_factory=WorldModelEnvConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     starts: StartsConfig = field(default_factory=StartsConfig)
@@ -121,6 +133,27 @@ def evaluate(policy, env: WorldModelEnv, starts: InitialStates, cfg: FinetuneEva
     }
 
 
+def save_checkpoint(out: Path, trainer: GRPOTrainer, loop_state: dict, keep: int) -> None:
+    """checkpoints/<iteration>/: the policy (pretrained layout), optimiser state, loop state (RNG, logs)."""
+    with atomic_directory(out / "checkpoints" / f"{trainer.iteration:06d}") as tmp:
+        trainer.policy.save_pretrained(tmp / "pretrained_model")
+        save_torch(trainer.state_dict(), tmp / "trainer_state.pt")
+        save_json(loop_state, tmp / "loop_state.json")
+    for old in sorted((out / "checkpoints").glob("[0-9]*"))[:-keep]:
+        shutil.rmtree(old)
+
+
+def resume_from(out: Path, trainer: GRPOTrainer) -> dict:
+    """Load the last checkpoint into `trainer` (whose BC reference is already set); returns the loop state."""
+    checkpoints = sorted((out / "checkpoints").glob("[0-9]*")) if (out / "checkpoints").is_dir() else []
+    if not checkpoints:
+        raise FileNotFoundError(f"resume=true but {out}/checkpoints holds no checkpoint")
+    last = checkpoints[-1]
+    load_model_weights(trainer.policy, last / "pretrained_model" / "model.safetensors")
+    trainer.load_state_dict(load_torch(last / "trainer_state.pt"))
+    return load_json(last / "loop_state.json")
+
+
 def finetune(cfg: FinetunePolicyConfig) -> dict:
     cfg.validate()
     out = Path(cfg.output_dir)
@@ -143,6 +176,16 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     good = {k: v.clone() for k, v in policy.state_dict().items()}
     stopped = None
     t0 = time.perf_counter()
+    if cfg.resume:
+        state = resume_from(out, trainer)
+        rng.bit_generator.state = state["rng"]
+        history, evaluations, train_sim_steps = (
+            state["history"],
+            state["evaluations"],
+            state["train_sim_steps"],
+        )
+        t0 -= state["seconds"]
+        good = {k: v.clone() for k, v in policy.state_dict().items()}
 
     def run_eval(iteration: int) -> dict:
         ev = {"iteration": iteration, **evaluate(policy, env, held_out, cfg.eval, cfg.device)}
@@ -153,9 +196,11 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         )
         return ev
 
-    run_eval(0)
+    if not evaluations:
+        run_eval(0)
     metrics = open(out / "metrics.jsonl", "w")
-    for it in tqdm(range(1, cfg.iterations + 1), desc="GRPO in imagination"):
+    metrics.writelines(json.dumps(h) + "\n" for h in history)
+    for it in tqdm(range(trainer.iteration + 1, cfg.iterations + 1), desc="GRPO in imagination"):
         index = rng.choice(pool.batch_size, size=cfg.grpo.starts_per_iteration, replace=False).tolist()
         with count_sim_steps() as counter:
             logs = trainer.step(pool.select(index))
@@ -177,6 +222,11 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
                 tqdm.write(stopped)
                 break
             good = {k: v.clone() for k, v in policy.state_dict().items()}
+            loop_state = {
+                "rng": rng.bit_generator.state, "history": history, "evaluations": evaluations,
+                "train_sim_steps": train_sim_steps, "seconds": time.perf_counter() - t0,
+            }  # fmt: skip
+            save_checkpoint(out, trainer, loop_state, cfg.keep_checkpoints)
     metrics.close()
     if train_sim_steps != 0:
         raise RuntimeError(

@@ -183,3 +183,36 @@ def test_replay_actions_is_open_loop_and_seeded():
     assert len(a) == 3 and all(0 <= r["progress"] <= 1 for r in a)
     with pytest.raises(ValueError, match="actions"):
         replay_actions(env, starts, actions[:2], seed=1)
+
+
+def _no_drift(policy, env, starts, cfg, device):
+    return {"imagined_success": 0.3, "sim_success": 0.3, "gap": 0.0, "sim_steps": 0,
+            "imagined_success_ci95": [0, 1], "sim_success_ci95": [0, 1], "imagined_progress": 0.0,
+            "sim_progress": 0.0}  # fmt: skip
+
+
+@pytest.mark.slow  # six GRPO iterations in three runs: ~11 s on the shared machine
+def test_finetune_resume_continues_exactly(tmp_path, saved_models, monkeypatch):
+    from rl_finetune import policy_finetune
+    from vla.factory import load_policy
+
+    monkeypatch.setattr(policy_finetune, "evaluate", _no_drift)
+    wm, policies = saved_models
+
+    def config(name, iterations, resume=False):
+        return FinetunePolicyConfig(
+            policy=PolicyPath(policies[0]), world_model=wm, output_dir=str(tmp_path / name), iterations=iterations,
+            resume=resume, env=WorldModelEnvConfig(horizon=4),
+            grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
+            starts=StartsConfig(count=3, seed=0),
+            eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, sim=SIM),
+        )  # fmt: skip
+
+    straight = finetune(config("straight", 3))
+    finetune(config("resumed", 2))
+    resumed = finetune(config("resumed", 3, resume=True))
+    assert straight["iterations_run"] == resumed["iterations_run"] == 3
+    a = load_policy(tmp_path / "straight" / "pretrained_model").state_dict()
+    b = load_policy(tmp_path / "resumed" / "pretrained_model").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir()) == ["000002", "000003"]
