@@ -5,7 +5,8 @@ python finetune_policy.py --config configs/finetune/tiny.yaml \
 
 Writes `<output_dir>/pretrained_model/` (the fine-tuned policy), `summary.json` (imagined vs sim success
 before/after, sim steps used for training (always 0) and for evaluation, wall time), `metrics.jsonl` and
-`learning_curve.png`.
+`learning_curve.png`; `checkpoints/<iteration>/` at each passed evaluation (`--resume=true` continues from the
+last one exactly).
 """
 
 from __future__ import annotations
