@@ -40,9 +40,9 @@ class NoisedClip:
 
 
 def predict_x0(model: WorldModel, x: torch.Tensor, actions: torch.Tensor, noised: NoisedClip) -> torch.Tensor:
-    """x0 estimates [B, T-1, V, C, H, W] (in [-1, 1] units) for the noisy copies of frames 1..T-1.
+    """x0 estimates [B, T-1, V, C, H, W] (in the units of x) for the noisy copies of frames 1..T-1.
 
-    x: the clip [B, T, V, C, H, W] in [-1, 1]; actions [B, T, A] in dataset units (action t leads from
+    x: the clip [B, T, V, C, H, W] as the DiT denoises it (pixels in [-1, 1], or the codec's latents); actions [B, T, A] in dataset units (action t leads from
     frame t to t+1; the last one is unused).
     """
     cfg = model.cfg

@@ -191,13 +191,23 @@ class PosttrainObjective(nn.Module):
             reward, terms = self.rewards(generated, frames[:, c:], frames[:, c - 1 : c], commanded)
             r = optimality_probability(reward.view(-1, g), cfg.nft.advantage_clip).flatten()
 
-        # The candidate clip with its real context, as the models see it in [-1, 1].
-        x = WorldModel.frames_in(torch.cat([frames[:, :c], generated], 1))
+        # The candidate clip with its real context, as the DiT sees it (pixels in [-1, 1] or latents of the
+        # frozen codec; in latent space the decoded frames are re-encoded, which is close to, not exactly, the
+        # latents the rollout produced).
+        x = self.policy.codec.encode(WorldModel.frames_in(torch.cat([frames[:, :c], generated], 1)))
         noised = NoisedClip.draw(x, c, cfg.nft.t_min, cfg.nft.t_max)
         x0_theta = predict_x0(self.policy, x, actions, noised)[:, c - 1 :]
+        # Passes whose result is known are skipped (each costs as much as the policy's forward pass):
+        # on-policy (old_decay 0) the old model is the policy; without the regulariser x0_ref is unused.
         with torch.no_grad():
-            x0_old = predict_x0(self.old, x, actions, noised)[:, c - 1 :]
-            x0_ref = predict_x0(self.reference, x, actions, noised)[:, c - 1 :]
+            if cfg.nft.old_decay == 0:
+                x0_old = x0_theta.detach()
+            else:
+                x0_old = predict_x0(self.old, x, actions, noised)[:, c - 1 :]
+            if cfg.nft.reference_weight == 0:
+                x0_ref = x0_theta.detach()
+            else:
+                x0_ref = predict_x0(self.reference, x, actions, noised)[:, c - 1 :]
         loss, logs = nft_loss(x0_theta, x0_old, x0_ref, x[:, c:], r, cfg.nft)
         logs.update({k: float(v.mean()) for k, v in terms.items()})
         logs["reward/mean"] = float(reward.mean())

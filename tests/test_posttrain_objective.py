@@ -204,3 +204,14 @@ def test_executability_needs_an_idm_without_state():
     base.cfg.idm.use_state = True
     with pytest.raises(ValueError, match="use_state"):
         PosttrainObjective(base, tiny_world_model(), "executability", tiny_posttrain_config())
+
+
+def test_on_policy_shortcut_equals_the_old_models_pass():
+    """old_decay=0 skips the old model's pass (it equals the policy): same loss as computing it."""
+    losses = []
+    for decay in (0.0, 0.5):
+        cfg = tiny_posttrain_config(nft=NFTConfig(old_decay=decay))
+        objective = PosttrainObjective(tiny_world_model(), tiny_world_model(), "stability", cfg).train()
+        torch.manual_seed(0)
+        losses.append(objective(_start_batch())[0].item())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
