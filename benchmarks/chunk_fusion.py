@@ -43,6 +43,7 @@ from real_robot.safety import SafetyLimiter  # noqa: E402
 from sim.embodiment import TABLETOP_ARM  # noqa: E402
 
 SPEC = TABLETOP_ARM
+SPIN_S = RuntimeConfig.spin_s  # set from --spin_s
 MODES = ("sync", "naive", "temporal_ensemble", "weighted_average", "rail", "rtc")
 
 
@@ -90,19 +91,24 @@ class SyntheticChunkPolicy:
 
 
 class ExpertChunkPolicy:
-    """The scripted expert as a chunking policy: from the scene at the observation, `chunk_size` of its
-    actions open loop. Its internal plan is restored to the step being executed at the observation, so
-    consecutive chunks continue one plan (as a well-trained policy's would)."""
+    """The scripted expert as a chunking policy. For each chunk it plays `chunk_size` steps closed loop in a
+    copy of the simulator started from the robot's state at the observation (a perfect world model) and
+    returns those actions. Its internal plan is restored to the step being executed at the observation,
+    so consecutive chunks continue one plan, as a well-trained policy's would."""
 
     def __init__(self, robot, chunk_size: int, inpaint: bool, sync_steps: int | None):
         from sim.experts import ExpertConfig, ScriptedExpert
+        from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 
-        self.expert = ScriptedExpert(robot.env, ExpertConfig(skill=1.0))
+        self.robot = robot
+        self.scratch = TabletopEnv(TabletopEnvConfig(task=robot.config.task, cameras=()))
+        self.expert = ScriptedExpert(self.scratch, ExpertConfig(skill=1.0))
         self.chunk_size, self.inpaint, self.sync_steps = chunk_size, inpaint, sync_steps
         self._snapshots: list[dict] = []
         self._last_obs_time: float | None = None
 
     def reset(self, seed: int) -> None:
+        self.scratch.reset(seed=seed)  # the same layout and task as the robot's episode (same seed)
         self.expert.reset(seed=seed)
         self._snapshots, self._last_obs_time = [self._snapshot()], None
 
@@ -110,18 +116,29 @@ class ExpertChunkPolicy:
         return {k: copy.deepcopy(v) for k, v in vars(self.expert).items() if k not in ("env", "config")}
 
     def __call__(self, request: InferenceRequest) -> np.ndarray:
+        import mujoco
+
         if self._last_obs_time is not None:
             steps = (request.obs_time - self._last_obs_time) * SPEC.fps
             done = self.sync_steps if self.sync_steps is not None else int(np.floor(steps + 1e-6))
             vars(self.expert).update(copy.deepcopy(self._snapshots[min(done, len(self._snapshots) - 1)]))
         self._last_obs_time = request.obs_time
+        real, model = self.robot.env.sim, self.scratch.sim
+        mujoco.mj_copyData(model.data, model.model, real.data)
+        model.target = real.target.copy()
         self._snapshots = [self._snapshot()]
         actions = []
         for _ in range(self.chunk_size):
-            actions.append(self.expert.act().astype(np.float64))
+            action = self.expert.act().astype(np.float64)
+            model.set_target(action)
+            model.advance(1.0 / SPEC.fps)
+            actions.append(action)
             self._snapshots.append(self._snapshot())
         actions = np.stack(actions)
         return inpaint_prefix(actions, request) if self.inpaint else actions
+
+    def close(self) -> None:
+        self.scratch.close()
 
 
 class IdealArm:
@@ -174,6 +191,7 @@ def _runtime(mode: str, robot, runner, latency, control_hz: float, chunk_size: i
     fuser_name = "naive" if mode == "sync" else mode
     cfg = RuntimeConfig(control_hz=control_hz, schedule="sync" if mode == "sync" else "async")
     cfg.realtime_priority = priority
+    cfg.spin_s = SPIN_S
     cfg.status_every_s = 0.0
     fuser = make_fuser(FuserConfig(name=fuser_name), SPEC, 1.0 / control_hz)
     inference = (
@@ -256,6 +274,8 @@ def closed_loop(args) -> list[dict]:
                     results.append((success, len(log.times) / args.control_hz))
                     metrics.append(motion_metrics(log, 1.0 / args.control_hz))
                 finally:
+                    if vla is None:
+                        policy.close()
                     robot.disconnect()
             successes = [s for s, _ in results]
             times = [t for s, t in results if s]
@@ -346,7 +366,10 @@ def main() -> None:
     p.add_argument("--jitter_compute_s", type=float, default=0.15)
     p.add_argument("--jitter_sim", action="store_true", help="also measure jitter with the sim robot")
     p.add_argument("--priority", type=int, default=50, help="SCHED_FIFO priority of the control thread")
+    p.add_argument("--spin_s", type=float, default=RuntimeConfig.spin_s, help="busy-wait before each tick")
     args = p.parse_args()
+    global SPIN_S
+    SPIN_S = args.spin_s
     args.parts = args.parts.split(",")
     torch.set_num_threads(1)
 
