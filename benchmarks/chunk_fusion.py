@@ -291,29 +291,45 @@ def closed_loop(args) -> list[dict]:
     return rows
 
 
-class BusyPolicy:
-    """Real CPU work in the inference thread (matrix products for `compute_s`), then a smooth chunk."""
+class BusyChunkModel:
+    """A policy-shaped CPU load: `compute_s` of matrix products per chunk, then a smooth chunk."""
 
     def __init__(self, compute_s: float, chunk_size: int):
         self.compute_s, self.chunk_size = compute_s, chunk_size
         self.x = torch.randn(256, 256)
 
-    def __call__(self, request: InferenceRequest) -> np.ndarray:
+    def predict_action_chunk(self, batch: dict) -> torch.Tensor:
         end = time.perf_counter() + self.compute_s
         while time.perf_counter() < end:
             self.x = torch.tanh(self.x @ self.x / 16)
-        q = np.array([request.observation[f"{j}.pos"] for j in SPEC.joint_names])
-        t = request.obs_time + (np.arange(self.chunk_size) + 1) / SPEC.fps
-        return q + 0.1 * np.sin(t)[:, None] - 0.1 * np.sin(request.obs_time)
+        q = batch["observation.state"][0].double()
+        t = torch.arange(1, self.chunk_size + 1, dtype=torch.float64) / SPEC.fps
+        return (q + 0.1 * torch.sin(t)[:, None]).unsqueeze(0)
+
+
+def serve_busy_model(compute_s: float, chunk_size: int, ports) -> None:
+    """Child process: a localhost policy server around `BusyChunkModel` (inference without our GIL)."""
+    from real_robot.policy_server import PolicyServer
+
+    torch.set_num_threads(1)
+    server = PolicyServer(BusyChunkModel(compute_s, chunk_size), SPEC.joint_names, "127.0.0.1", 0)
+    ports.put(server.address[1])
+    server.serve_forever()
 
 
 def jitter(args) -> list[dict]:
+    import multiprocessing
+
+    from real_robot.policy_server import RemotePolicyClient
+
     rows = []
     setups = [("ideal arm", None)]
     if "closed" in args.parts or args.jitter_sim:
         setups.append(("sim robot (64x64 render at 10 Hz)", "sim"))
+    variants = (("naive", 0, "thread"), ("rail", 0, "thread"), ("rail", args.priority, "thread"))
+    variants += (("rail", args.priority, "process"),)
     for label, robot_kind in setups:
-        for mode, priority in (("naive", 0), ("rail", 0), ("rail", args.priority)):
+        for mode, priority, where in variants:
             if robot_kind == "sim":
                 from sim.robot import SimRobot, SimRobotConfig
 
@@ -321,11 +337,27 @@ def jitter(args) -> list[dict]:
                 robot.connect()
             else:
                 robot = IdealArm(cameras=("front", "wrist"))
-            policy = BusyPolicy(args.jitter_compute_s, args.chunk_size)
-            runtime = _runtime(mode, robot, policy, None, args.control_hz, args.chunk_size, priority)
+            server = None
+            if where == "process":
+                ctx = multiprocessing.get_context("spawn")
+                ports = ctx.Queue()
+                server = ctx.Process(
+                    target=serve_busy_model, args=(args.jitter_compute_s, args.chunk_size, ports), daemon=True
+                )
+                server.start()
+                runner = RemotePolicyClient(f"127.0.0.1:{ports.get(timeout=300)}", "jitter")
+            else:
+                runner = PolicyRunner(
+                    BusyChunkModel(args.jitter_compute_s, args.chunk_size), SPEC.joint_names, "jitter", False
+                )
+            runtime = _runtime(mode, robot, runner, None, args.control_hz, args.chunk_size, priority)
             load_before = os.getloadavg()[0]
             log = run_realtime(runtime, args.jitter_s, status=None)
             runtime.inference.close()
+            if server is not None:
+                runner.close()
+                server.terminate()
+                server.join()
             if robot_kind == "sim":
                 robot.disconnect()
             err = np.abs(np.array(log.periods) - 1.0 / args.control_hz) * 1e3
@@ -334,6 +366,7 @@ def jitter(args) -> list[dict]:
                     "robot": label,
                     "fuser": mode,
                     "sched": f"FIFO {priority}" if priority else "normal",
+                    "inference": where,
                     "ticks": len(log.periods),
                     "period_jitter_p50_ms": float(np.percentile(err, 50)),
                     "period_jitter_p99_ms": float(np.percentile(err, 99)),
