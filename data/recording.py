@@ -49,6 +49,7 @@ class RecordingConfig:
     overwrite: bool = False  # replace an existing dataset at `root`
     # lerobot's async PNG writer threads; 2 record ~1.6x faster than 0 (benchmarks/recording.py)
     image_writer_threads: int = 2
+    backend: str = "mujoco"  # physics/rendering: mujoco | genesis (pip install 'worldloop[genesis]')
 
     def validate(self) -> None:
         if self.episodes < 1:
@@ -62,7 +63,7 @@ class RecordingConfig:
                     f"got {self.skill_range}"
                 )
         ExpertConfig(skill=self.skill).validate()
-        TabletopEnvConfig(task=self.task, max_steps=self.max_steps).validate()
+        TabletopEnvConfig(task=self.task, max_steps=self.max_steps, backend=self.backend).validate()
 
 
 def episode_skills(cfg: RecordingConfig) -> np.ndarray:
@@ -96,6 +97,7 @@ def record_demos(cfg: RecordingConfig) -> Path:
         cameras=tuple(cfg.cameras),
         max_steps=cfg.max_steps,
         terminate_on_success=cfg.terminate_on_success,
+        backend=cfg.backend,
     )
     env = TabletopEnv(env_cfg)
     dataset = LeRobotDataset.create(

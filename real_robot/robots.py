@@ -48,6 +48,7 @@ class SimRobotConfig(RobotConfig):
     seed: int = 0  # scene layout and task sampling
     image_size: int = 64
     camera_names: tuple[str, ...] = ("front", "wrist")
+    backend: str = "mujoco"  # physics/rendering: mujoco | genesis (pip install 'worldloop[genesis]')
 
 
 # SO-100/SO-101 in LeRobot's degree mode (gripper 0-100). Conservative starting limits: widen them only
@@ -90,6 +91,7 @@ def make_robot(cfg: RobotConfig, control_hz: float):
             image_size=cfg.image_size,
             cameras=tuple(cfg.camera_names),
             id=cfg.id or "sim",
+            backend=cfg.backend,
         )
         return SimRobot(driver)
     try:

@@ -30,6 +30,7 @@ class SimRobotConfig:
     image_size: int = 64
     cameras: tuple[str, ...] = ("front", "wrist")
     id: str = "sim"
+    backend: str = "mujoco"  # physics/rendering: mujoco | genesis (pip install 'worldloop[genesis]')
 
 
 class NotConnectedError(RuntimeError):
@@ -80,7 +81,11 @@ class SimRobot:
         if self.is_connected:
             raise RuntimeError(f"{self} is already connected")
         cfg = self.config
-        env = TabletopEnv(TabletopEnvConfig(task=cfg.task, image_size=cfg.image_size, cameras=cfg.cameras))
+        env = TabletopEnv(
+            TabletopEnvConfig(
+                task=cfg.task, image_size=cfg.image_size, cameras=cfg.cameras, backend=cfg.backend
+            )
+        )
         try:
             self._substeps = env.sim.substeps(1.0 / cfg.control_hz)
         except ValueError as e:

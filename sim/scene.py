@@ -23,7 +23,8 @@ TIP_SITE = "tip"
 FINGER_GEOM = "finger"
 
 
-def build_model(embodiment: EmbodimentSpec = TABLETOP_ARM, asset_path: Path = ASSET_PATH) -> mujoco.MjModel:
+def build_spec(embodiment: EmbodimentSpec = TABLETOP_ARM, asset_path: Path = ASSET_PATH) -> mujoco.MjSpec:
+    """The MJCF as an editable spec with the embodiment's limits written in (other backends start here)."""
     spec = mujoco.MjSpec.from_file(str(asset_path))
     for name, lo, hi in zip(embodiment.joint_names, embodiment.position_lower, embodiment.position_upper):
         joint = spec.joint(name)
@@ -37,7 +38,11 @@ def build_model(embodiment: EmbodimentSpec = TABLETOP_ARM, asset_path: Path = AS
         joint.limited = mujoco.mjtLimited.mjLIMITED_TRUE
         actuator.ctrlrange = [lo, hi]
         actuator.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
-    model = spec.compile()
+    return spec
+
+
+def build_model(embodiment: EmbodimentSpec = TABLETOP_ARM, asset_path: Path = ASSET_PATH) -> mujoco.MjModel:
+    model = build_spec(embodiment, asset_path).compile()
     if model.nu != embodiment.num_joints:
         raise ValueError(
             f"{asset_path}: {model.nu} actuators, expected exactly one per embodiment joint "

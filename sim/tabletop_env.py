@@ -14,8 +14,8 @@ import numpy as np
 from gymnasium import spaces
 
 from data.features import STATE, image_key
+from sim.backends import SIM_BACKENDS, make_tabletop_sim
 from sim.embodiment import TABLETOP_ARM
-from sim.tabletop_sim import TabletopSim
 from sim.tasks import TASK_KINDS, SceneState, TaskInstance, is_success, progress, sample_layout, sample_task
 
 # Measured joint positions may pass the limits slightly (MuJoCo's joint limits are soft constraints).
@@ -30,12 +30,15 @@ class TabletopEnvConfig:
     max_steps: int = 50  # episode length at the embodiment's fps (5 s at 10 Hz)
     terminate_on_success: bool = True
     init_joint_noise: float = 0.1  # rad, uniform perturbation of the home pose at reset
+    backend: str = "mujoco"  # mujoco | genesis (pip install 'worldloop[genesis]')
 
     def validate(self) -> None:
         if self.task not in TASK_KINDS:
             raise ValueError(f"TabletopEnvConfig.task={self.task!r}; expected one of {TASK_KINDS}")
         if self.max_steps < 1:
             raise ValueError(f"TabletopEnvConfig.max_steps must be >= 1, got {self.max_steps}")
+        if self.backend not in SIM_BACKENDS:
+            raise ValueError(f"TabletopEnvConfig.backend={self.backend!r}; expected one of {SIM_BACKENDS}")
 
 
 class TabletopEnv(gym.Env):
@@ -51,7 +54,9 @@ class TabletopEnv(gym.Env):
         self.config = config
         self.render_mode = render_mode
         self.embodiment = TABLETOP_ARM
-        self.sim = TabletopSim(tuple(config.cameras), config.image_size, self.embodiment)
+        self.sim = make_tabletop_sim(
+            config.backend, tuple(config.cameras), config.image_size, self.embodiment
+        )
         self._dt = 1.0 / self.embodiment.fps
         self.sim.substeps(self._dt)  # fail now, not mid-episode, if fps does not fit the physics step
         lo, hi = self.embodiment.lower().astype(np.float32), self.embodiment.upper().astype(np.float32)

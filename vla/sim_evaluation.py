@@ -27,6 +27,7 @@ class SimEvalConfig:
     batch_envs: int = 10  # envs stepped together, one batched policy call per step
     videos: int = 4  # episodes recorded as mp4 (front | wrist side by side); 0 for none
     init_joint_noise: float = 0.1  # rad, as the env default
+    backend: str = "mujoco"  # physics/rendering: mujoco | genesis (pip install 'worldloop[genesis]')
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -87,6 +88,7 @@ def evaluate_in_sim(
             cameras=cameras,
             max_steps=cfg.max_steps,
             init_joint_noise=cfg.init_joint_noise,
+            backend=cfg.backend,
         )
         for _ in range(n_envs)
     ]
@@ -117,6 +119,7 @@ def evaluate_in_sim(
     lo, hi = wilson_interval(successes, len(results))
     summary = {
         "backend": "sim",
+        "sim_backend": cfg.backend,
         "task": cfg.task,
         "episodes": len(results),
         "successes": successes,
