@@ -67,6 +67,8 @@ def test_config_errors_name_the_field():
         WorldModel(WorldModelConfig(dit=dit_config(), cameras=("front", "wrist")))
     with pytest.raises(ValueError, match="parameterisation"):
         WorldModel(WorldModelConfig(dit=dit_config(residual_to_previous_frame=False), parameterisation="eps"))
+    with pytest.raises(ValueError, match="noise_floor"):
+        WorldModel(WorldModelConfig(dit=dit_config(), noise_floor=1.0))
     with pytest.raises(ValueError, match="residual_to_previous_frame"):
         WorldModel(WorldModelConfig(dit=dit_config(), parameterisation="velocity"))
 

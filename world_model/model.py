@@ -44,6 +44,10 @@ class WorldModelConfig:
     parameterisation: str = "x0"  # x0 | velocity | edm (x0 was the one that worked on CPU)
     sigma_data: float = 0.5  # for edm preconditioning, frames in [-1, 1]
     noise_distribution: str = "uniform"  # uniform | logit_normal, for the frame being generated
+    # Training noise levels are drawn in [noise_floor, 1]. A 1-2 step sampler only ever asks for t = 1 and
+    # t = 0.5, where the answer must come from context and action rather than from the noisy frame itself;
+    # a floor spends the training budget there.
+    noise_floor: float = 0.0
     # Context frames carry a little noise in training (noise level ~ U(0, max)) so the model learns not to
     # trust its own slightly-wrong past frames; rollouts noise their context at `context_noise_rollout`.
     context_noise_max: float = 0.1
@@ -74,6 +78,8 @@ class WorldModelConfig:
             )
         if not 0 <= self.context_noise_rollout <= 1 or not 0 <= self.context_noise_max <= 1:
             raise ValueError("context_noise_max and context_noise_rollout must lie in [0, 1]")
+        if not 0 <= self.noise_floor < 1:
+            raise ValueError(f"noise_floor={self.noise_floor} must lie in [0, 1)")
         if not 0 <= self.action_dropout < 1:
             raise ValueError(f"action_dropout={self.action_dropout} must lie in [0, 1)")
 
@@ -200,6 +206,7 @@ class WorldModel(nn.Module):
         clean = flow.add_noise(x, torch.randn_like(x), ctx_t)
         prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
         target_t = flow.sample_training_t((b, t_len - 1), cfg.noise_distribution, device=dev)
+        target_t = cfg.noise_floor + (1 - cfg.noise_floor) * target_t
         noise = torch.randn_like(x[:, 1:])
         noisy = flow.add_noise(x[:, 1:], noise, target_t)
 
