@@ -17,9 +17,9 @@ from lerobot.robots import RobotConfig
 
 from real_robot.fusion import FuserConfig, make_fuser
 from real_robot.inference import PolicyRunner, ThreadedInference
-from real_robot.policy_server import RemotePolicyClient
+from real_robot.policy_server import RemotePolicyClient, start_server_process
 from real_robot.recorder import EpisodeRecorder, RecordConfig
-from real_robot.robots import SimRobotConfig, embodiment_for, make_robot
+from real_robot.robots import EMBODIMENTS, SimRobotConfig, embodiment_for, make_robot
 from real_robot.runtime import ControlRuntime, RobotIO, RunLog, RuntimeConfig, run_realtime
 from real_robot.safety import SafetyConfig, SafetyLimiter
 
@@ -30,9 +30,8 @@ logger = logging.getLogger(__name__)
 class DeployConfig:
     robot: RobotConfig = field(default_factory=SimRobotConfig)  # --robot.type=sim | so101_follower | ...
     policy_path: str | None = None  # pretrained policy directory (config.yaml, model.safetensors, stats.json)
-    policy_server: str | None = (
-        None  # HOST:PORT of `python -m real_robot.policy_server` instead of policy_path
-    )
+    policy_server: str | None = None  # HOST:PORT of `python -m real_robot.policy_server` (no policy_path)
+    inference: str = "thread"  # thread | process (policy_path served by a child process: no shared GIL)
     instruction: str | None = None  # language instruction; default: the sim robot's task
     episode_time_s: float = 20.0
     stop_on_success: bool = True  # end early when the robot reports task success (sim)
@@ -52,11 +51,15 @@ class DeployResult:
     watchdog_fired: int
 
 
-def load_policy(path: str | None):
+def check_policy_path(path: str | None) -> None:
     if path is None:
         raise ValueError("policy_path: a pretrained policy directory is required (--policy_path=DIR)")
     if not Path(path).is_dir():
         raise FileNotFoundError(f"policy_path: {path} is not a directory")
+
+
+def load_policy(path: str | None):
+    check_policy_path(path)
     from vla.factory import load_policy as load
 
     return load(path)
@@ -65,8 +68,18 @@ def load_policy(path: str | None):
 def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
     """Run one episode. `policy` and `robot` default to what `cfg` names (tests pass their own)."""
     spec = embodiment_for(cfg.robot)
-    if policy is None and cfg.policy_server is None:
-        policy = load_policy(cfg.policy_path)
+    if cfg.inference not in ("thread", "process"):
+        raise ValueError(f"inference must be 'thread' or 'process', got {cfg.inference!r}")
+    server_process, server_address = None, cfg.policy_server
+    if policy is None and server_address is None:
+        if cfg.inference == "process":
+            check_policy_path(cfg.policy_path)
+            robot_type = cfg.robot.type if cfg.robot.type in EMBODIMENTS else "sim"
+            server_process, server_address = start_server_process(
+                cfg.policy_path, robot_type, cfg.inference_threads
+            )
+        else:
+            policy = load_policy(cfg.policy_path)
     if policy is not None:
         policy.eval()
         policy.reset()
@@ -87,7 +100,7 @@ def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
             runner = PolicyRunner(policy, spec.joint_names, instruction, use_prefix=fuser.wants_prefix)
             chunk_size, use_prefix = int(policy.chunk_size), runner.uses_prefix
         else:
-            runner = RemotePolicyClient(cfg.policy_server, instruction)
+            runner = RemotePolicyClient(server_address, instruction)
             chunk_size, use_prefix = runner.chunk_size, fuser.wants_prefix and runner.uses_prefix
         if cfg.record.root is not None:
             recorder = EpisodeRecorder(cfg.record, spec.joint_names, spec.fps, instruction, cfg.robot.type)
@@ -126,6 +139,9 @@ def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
             inference.close()
         if isinstance(runner, RemotePolicyClient):
             runner.close()
+        if server_process is not None:
+            server_process.terminate()
+            server_process.join(timeout=5.0)
         robot.disconnect()
         dataset_root = None
         if recorder is not None:

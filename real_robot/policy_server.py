@@ -131,6 +131,46 @@ class RemotePolicyClient:
         self.sock.close()
 
 
+def serve_pretrained(
+    policy_path: str, robot_type: str, host: str, port: int, threads: int, ready=None
+) -> None:
+    """Load a policy and serve it until the process ends; `ready.put((host, port))` once listening."""
+    import torch
+
+    from real_robot.deploy import load_policy
+    from real_robot.robots import EMBODIMENTS
+
+    if robot_type not in EMBODIMENTS:
+        raise ValueError(f"robot_type: expected one of {sorted(EMBODIMENTS)}, got {robot_type!r}")
+    torch.set_num_threads(threads)
+    server = PolicyServer(load_policy(policy_path), EMBODIMENTS[robot_type].joint_names, host, port)
+    if ready is not None:
+        ready.put(server.address)
+    try:
+        server.serve_forever()
+    finally:
+        server.close()
+
+
+def start_server_process(policy_path: str, robot_type: str, threads: int, timeout_s: float = 300.0):
+    """A child process serving `policy_path` on a free localhost port: (process, "host:port")."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no GIL, no forked torch state
+    ready = ctx.Queue()
+    args = (policy_path, robot_type, "127.0.0.1", 0, threads, ready)
+    process = ctx.Process(target=serve_pretrained, args=args, name="policy-server", daemon=True)
+    process.start()
+    try:
+        host, port = ready.get(timeout=timeout_s)
+    except Exception as e:
+        process.terminate()
+        raise RuntimeError(
+            f"policy server process for {policy_path} did not start (exit code {process.exitcode})"
+        ) from e
+    return process, f"{host}:{port}"
+
+
 @dataclass
 class PolicyServerConfig:
     policy_path: str | None = None
@@ -141,25 +181,16 @@ class PolicyServerConfig:
 
 
 def main() -> None:
-    import torch
-
     from common.config import parse_cli
-    from real_robot.deploy import load_policy
-    from real_robot.robots import EMBODIMENTS
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = parse_cli(PolicyServerConfig)
-    if cfg.robot_type not in EMBODIMENTS:
-        raise ValueError(f"robot_type: expected one of {sorted(EMBODIMENTS)}, got {cfg.robot_type!r}")
-    torch.set_num_threads(cfg.threads)
-    policy = load_policy(cfg.policy_path)
-    server = PolicyServer(policy, EMBODIMENTS[cfg.robot_type].joint_names, cfg.host, cfg.port)
+    if cfg.policy_path is None:
+        raise ValueError("policy_path: a pretrained policy directory is required (--policy_path=DIR)")
     try:
-        server.serve_forever()
+        serve_pretrained(cfg.policy_path, cfg.robot_type, cfg.host, cfg.port, cfg.threads)
     except KeyboardInterrupt:
         pass
-    finally:
-        server.close()
 
 
 if __name__ == "__main__":
