@@ -399,6 +399,7 @@ def main() -> None:
     p.add_argument("--jitter_compute_s", type=float, default=0.15)
     p.add_argument("--jitter_sim", action="store_true", help="also measure jitter with the sim robot")
     p.add_argument("--priority", type=int, default=50, help="SCHED_FIFO priority of the control thread")
+    p.add_argument("--result_name", default="chunk_fusion", help="benchmarks/results/<name>.json")
     p.add_argument("--spin_s", type=float, default=RuntimeConfig.spin_s, help="busy-wait before each tick")
     args = p.parse_args()
     global SPIN_S
@@ -421,7 +422,7 @@ def main() -> None:
     if "jitter" in args.parts:
         figures["jitter"] = rows = jitter(args)
         print_table(rows, f"control-period jitter at {args.control_hz:.0f} Hz (wall clock)")
-    print(write_result("chunk_fusion", figures))
+    print(write_result(args.result_name, figures))
 
 
 if __name__ == "__main__":
