@@ -323,6 +323,8 @@ def run_posttraining(cfg: PosttrainConfig, spec: EmbodimentSpec = TABLETOP_ARM) 
             continue
         print(f"stage {stage}: from {current}" + (f", resuming at step {done}" if checkpoint else ""))
         base = WorldModel.from_pretrained(current)
+        stage_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, stage_dir / "posttrain_config.yaml")  # the settings this stage last ran with
         run_stage(
             stage, base, reference, train_windows, eval_windows, cfg, stage_dir, checkpoint is not None, spec
         )
