@@ -8,13 +8,16 @@ install command when genesis-world is not installed.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
+from pathlib import Path
 
 import mujoco
 import numpy as np
 import pytest
 
+from common.config import parse_cli
 from data.features import ACTION, STATE, image_key
 from sim.backends import make_tabletop_sim
 from sim.embodiment import TABLETOP_ARM
@@ -151,3 +154,17 @@ def test_recorded_episode_reads_back_as_a_lerobot_dataset(tmp_path, genesis_env)
     assert frame[image_key("front")].shape == (3, IMAGE_SIZE, IMAGE_SIZE)
     assert frame[STATE].shape == (4,) and frame[ACTION].shape == (4,)
     assert frame["task"].startswith("reach the ")
+
+
+@pytest.mark.parametrize(
+    "config_file, config_class, backend_of",
+    [
+        ("configs/record/tiny_genesis.yaml", "data.recording:RecordingConfig", lambda c: c.backend),
+        ("configs/eval/tiny_genesis.yaml", "evaluate_policy:EvaluatePolicyConfig", lambda c: c.sim.backend),
+    ],
+)
+def test_genesis_configs_select_the_genesis_backend(config_file, config_class, backend_of):
+    module, name = config_class.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    cfg = parse_cli(cls, ["--config", str(Path(__file__).resolve().parents[1] / config_file)])
+    assert backend_of(cfg) == "genesis"
