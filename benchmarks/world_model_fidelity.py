@@ -208,7 +208,13 @@ def main() -> None:
     print_table([figures["kv_cache"] | {"speedup": recompute / with_cache}], "KV cache vs recompute")
 
     if cfg.train_steps:
-        speed = [{"processes": p, "samples/s": training_throughput(cfg, p)} for p in (1, 2)]
+        speed = []
+        for p in (1, 2):
+            try:
+                speed.append({"processes": p, "samples/s": training_throughput(cfg, p)})
+            except RuntimeError as e:  # recorded, not hidden: the fidelity figures above still stand
+                print(e, file=sys.stderr)
+                speed.append({"processes": p, "samples/s": None, "error": str(e)[-500:]})
         print_table(speed, f"training throughput ({cfg.train_config}, {cfg.train_steps} steps)")
         figures["training_throughput"] = speed
 
