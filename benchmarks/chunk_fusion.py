@@ -297,14 +297,17 @@ class BusyChunkModel:
     def __init__(self, compute_s: float, chunk_size: int):
         self.compute_s, self.chunk_size = compute_s, chunk_size
         self.x = torch.randn(256, 256)
+        self.calls = 0
 
     def predict_action_chunk(self, batch: dict) -> torch.Tensor:
         end = time.perf_counter() + self.compute_s
         while time.perf_counter() < end:
             self.x = torch.tanh(self.x @ self.x / 16)
-        q = batch["observation.state"][0].double()
-        t = torch.arange(1, self.chunk_size + 1, dtype=torch.float64) / SPEC.fps
-        return (q + 0.1 * torch.sin(t)[:, None]).unsqueeze(0)
+        # a slow sweep around the middle of the joint ranges, continuing from call to call
+        self.calls += 1
+        t = 0.5 * self.calls + torch.arange(1, self.chunk_size + 1, dtype=torch.float64) / SPEC.fps
+        mid = torch.as_tensor(0.5 * (SPEC.lower() + SPEC.upper()))
+        return (mid + 0.3 * torch.sin(t)[:, None]).unsqueeze(0)
 
 
 def serve_busy_model(compute_s: float, chunk_size: int, ports) -> None:
