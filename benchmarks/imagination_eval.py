@@ -57,6 +57,7 @@ class ImaginationEvalBenchmarkConfig:
     replay_split: str = "held_out"  # held_out (episodes the world model never saw) | train | all
     replay_max_episodes: int = 60
     skill_bins: int = 5
+    name: str = ""  # result file name; "" -> imagination_replay_<split> (replay) / imagination_eval
 
 
 def find_policies(zoo: Path) -> list[str]:
@@ -213,7 +214,7 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
         "horizon": cfg.horizon,
     }
     figures["load_average_1_5_15min"] = os.getloadavg()
-    name = f"imagination_replay_{cfg.replay_split}"
+    name = cfg.name or f"imagination_replay_{cfg.replay_split}"
     path = write_result(name, figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     print(f"wrote {path}")
 
@@ -264,7 +265,9 @@ def main() -> None:
         "scatter_png": str(Path(cfg.output_dir) / "imagined_vs_sim.png"),
     }
     figures["load_average_1_5_15min"] = os.getloadavg()  # the machine is shared: contention slows everything
-    path = write_result("imagination_eval", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
+    path = write_result(
+        cfg.name or "imagination_eval", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv])
+    )
     print(f"wrote {path}")
 
 
