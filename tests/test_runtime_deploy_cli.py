@@ -46,6 +46,7 @@ def test_lerobot_robot_from_the_command_line_builds_its_driver(tmp_path):
         robot.connect(calibrate=False)
 
 
+@pytest.mark.slow  # another ~10 s draccus parse; the command-line test covers the same registry path
 def test_yaml_selects_the_robot_type(tmp_path):
     path = tmp_path / "deploy.yaml"
     path.write_text("robot:\n  type: sim\n  task: reach\nruntime:\n  control_hz: 200\n")
