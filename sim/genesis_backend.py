@@ -54,6 +54,8 @@ def import_genesis():
 def arm_mjcf(embodiment: EmbodimentSpec) -> str:
     """Our MJCF with only the arm left in it (plus its actuators), as XML text for Genesis' importer."""
     spec = build_spec(embodiment)
+    # Genesis takes solver options from RigidOptions, not from the MJCF; say so rather than be warned.
+    spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
     for body in list(spec.worldbody.bodies):
         if body.name != ARM_ROOT_BODY:
             spec.delete(body)
@@ -109,6 +111,9 @@ class GenesisTabletopSim:
             rigid_options=gs.options.RigidOptions(
                 dt=self._timestep,
                 integrator=gs.integrator.implicitfast,
+                # Genesis' default cone, not the MJCF's elliptic one: expert parity holds with it
+                # (benchmarks/sim_backends.py), and solver options are compiled into the kernels.
+                friction_cone=gs.friction_cone.pyramidal,
                 enable_self_collision=False,  # in the MJCF only the finger touches anything
             ),
             vis_options=gs.options.VisOptions(

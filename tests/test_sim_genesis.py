@@ -168,3 +168,30 @@ def test_genesis_configs_select_the_genesis_backend(config_file, config_class, b
     cls = getattr(importlib.import_module(module), name)
     cfg = parse_cli(cls, ["--config", str(Path(__file__).resolve().parents[1] / config_file)])
     assert backend_of(cfg) == "genesis"
+
+
+def test_deploy_robot_config_passes_the_backend_to_the_sim_robot():
+    from real_robot.robots import SimRobotConfig, make_robot
+
+    robot = make_robot(SimRobotConfig(backend="genesis"), control_hz=100)
+    assert robot.config.backend == "genesis" and not robot.is_connected  # built on connect()
+
+
+@pytest.mark.slow
+@needs_genesis
+def test_sim_robot_runs_on_genesis(genesis_env):
+    from sim.robot import SimRobot, SimRobotConfig, vector_to_action
+
+    with SimRobot(SimRobotConfig(task="reach", image_size=IMAGE_SIZE, backend="genesis", seed=2)) as robot:
+        obs = robot.get_observation()
+        assert set(obs) == set(robot.observation_features)
+        assert obs["front"].shape == (IMAGE_SIZE, IMAGE_SIZE, 3) and obs["front"].dtype == np.uint8
+        start = np.array([obs[f"{j}.pos"] for j in TABLETOP_ARM.joint_names])
+        target = np.clip(start + 0.1, TABLETOP_ARM.lower(), TABLETOP_ARM.upper())
+        for _ in range(30):  # 0.3 s at 100 Hz
+            sent = robot.send_action(vector_to_action(target, TABLETOP_ARM.joint_names))
+        assert sent == vector_to_action(target, TABLETOP_ARM.joint_names)
+        obs = robot.get_observation()
+        reached = np.array([obs[f"{j}.pos"] for j in TABLETOP_ARM.joint_names])
+        np.testing.assert_allclose(reached, target, atol=0.05)
+        assert robot.task.startswith("reach the ")
