@@ -1,18 +1,20 @@
 """Chunk fusion under inference latency: open loop, closed loop in the sim, and real control-period jitter.
 
-OMP_NUM_THREADS=1 MUJOCO_GL=egl python benchmarks/chunk_fusion.py [--parts open,closed,jitter]
+OMP_NUM_THREADS=1 MUJOCO_GL=egl python benchmarks/chunk_fusion.py --jitter_sim
+OMP_NUM_THREADS=1 MUJOCO_GL=egl python benchmarks/chunk_fusion.py --parts closed --task reach \
+    --policy_path outputs/bench/policy_bc/180ep/pretrained_model --episodes 6 --episode_s 5 \
+    --result_name chunk_fusion_vla
 
 - open loop: a synthetic chunking policy samples a smooth reference trajectory with a per-chunk offset
   (chunks that disagree, as sampled VLA chunks do) and per-action noise; inference latency is drawn around
   50 / 150 / 300 ms with jitter and applied on the control clock (lock-step, deterministic). For every
   fuser: jerk RMS, the largest velocity and acceleration jump at chunk switches, stall time and the RMS
   tracking error to the reference (the policy's intended trajectory). `sync` is the blocking baseline.
-- closed loop: the MuJoCo push task through `SimRobot` at 100 Hz lock-step. The policy is the scripted
-  expert wrapped as a chunking policy with the same artificial latencies (no trained VLA checkpoint was
-  available); its `rtc` variant inpaints the executing prefix like the VLA's RTC. Success rate and time
-  to success per fuser.
-- jitter: the real-time loop at 100 Hz in wall-clock time beside a CPU-bound inference thread, measured
-  with time.perf_counter; the machine's load average is recorded with it.
+- closed loop: a MuJoCo task through `SimRobot` at 100 Hz lock-step with the same latencies. The policy is
+  the scripted expert wrapped as a chunking policy (its `rtc` variant inpaints the executing prefix like
+  the VLA's RTC), or with `--policy_path` a trained policy. Success rate and time to success per fuser.
+- jitter: the real-time loop at 100 Hz in wall-clock time beside a CPU-bound inference thread (or a
+  policy-server process), measured with time.perf_counter; the machine's load average is recorded with it.
 """
 
 from __future__ import annotations
