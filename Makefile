@@ -6,7 +6,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= sim,dev
+EXTRAS ?= sim,dev,genesis
 APT_PACKAGES := libegl1 libgl1 libgles2 libosmesa6 libavutil57 libavcodec59 libavformat59 \
                 libavdevice59 libavfilter8 libswscale6 libswresample4 chromium
 export MUJOCO_GL ?= egl
@@ -43,3 +43,9 @@ lint: setup
 
 test: lint
 	$(PY) -m pytest $(ARGS)
+# The Genesis backend's tests build Genesis scenes (a kernel compile per process): marked slow, run here once.
+ifneq (,$(findstring genesis,$(EXTRAS)))
+ifeq (,$(ARGS))
+	$(PY) -m pytest -m slow tests/test_sim_genesis.py
+endif
+endif
