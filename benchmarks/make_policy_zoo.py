@@ -5,8 +5,10 @@ snapshots and runs on fewer demonstrations act worse than late ones on more, whi
 widely at no extra training cost. Each candidate is evaluated in the sim on the same seeds, copied to
 `<zoo_dir>/<name>/`, and listed with its measured success in `<zoo_dir>/zoo.json`.
 
-python benchmarks/policy_bc_success.py          # trains the runs (or pass --runs of your own)
-python benchmarks/make_policy_zoo.py --eval_episodes=30
+python benchmarks/policy_bc_success.py          # trains the 20ep / 60ep runs (or pass --runs of your own)
+python train_policy.py --config configs/policy/tiny.yaml --train.steps=600 --train.checkpoint_every=100 \
+    --train.keep_checkpoints=100 --output_dir=outputs/bench/policy_bc/180ep_600steps
+python benchmarks/make_policy_zoo.py --eval_episodes=20
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class ZooConfig:
         default_factory=lambda: [
             "outputs/bench/policy_bc/20ep",
             "outputs/bench/policy_bc/60ep",
-            "outputs/bench/policy_bc/180ep",
+            "outputs/bench/policy_bc/180ep_600steps",
         ]
     )
     # Snapshots per run, spread evenly over its checkpoints (the last one always included); 0 = all.
