@@ -246,9 +246,6 @@ class GenesisTabletopSim:
     def joint_positions(self) -> np.ndarray:
         return _numpy(self.arm.get_dofs_position(self._dofs))
 
-    def joint_velocities(self) -> np.ndarray:
-        return _numpy(self.arm.get_dofs_velocity(self._dofs))
-
     def _tip(self) -> np.ndarray:
         pos, quat = _numpy(self._hand.get_pos()), _numpy(self._hand.get_quat())
         rot = np.zeros(9)
