@@ -159,7 +159,7 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
     from data.dataset import DatasetConfig, EpisodeDataset
     from rl_finetune.imagination_eval import replay_actions
     from rl_finetune.initial_states import from_dataset
-    from rl_finetune.ranking import ranking_report
+    from rl_finetune.ranking import auroc, ranking_report
     from world_model.model import WorldModel
 
     wm = WorldModel.from_pretrained(cfg.world_model)
@@ -195,8 +195,9 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
     )
     report = ranking_report([r["imagined_success"] for r in rows], [r["recorded_success"] for r in rows])
     agreement = float((imagined == real).mean())
+    separation = auroc([r["max_success_prob"] for r in results], real.astype(bool))
     print(
-        f"per-episode agreement {agreement:.2f}; overall imagined {imagined.mean():.2f} vs recorded {real.mean():.2f}; "
+        f"per-episode agreement {agreement:.2f}, success-head AUROC {separation:.2f}; overall imagined {imagined.mean():.2f} vs recorded {real.mean():.2f}; "
         f"across skill bins Pearson {report['pearson']:.3f} Spearman {report['spearman']:.3f} MMRV {report['mmrv']:.3f}"
     )
     figures = {
@@ -204,6 +205,7 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
         "split": cfg.replay_split,
         "episodes": len(episodes),
         "per_episode_agreement": agreement,
+        "success_head_auroc": separation,  # max imagined success probability vs recorded success
         "imagined_success": float(imagined.mean()),
         "recorded_success": float(real.mean()),
         "skill_bins": rows,

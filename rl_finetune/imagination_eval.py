@@ -121,12 +121,19 @@ def replay_actions(
     if actions.dim() != 3 or actions.shape[0] != starts.batch_size:
         raise ValueError(f"actions: expected [{starts.batch_size}, T, A], got {list(actions.shape)}")
     env.reset(starts, seed=seed)
+    max_prob = torch.zeros(starts.batch_size)
     t = 0
     while not env.done.all() and t < actions.shape[1]:
-        env.step(actions[:, t : t + chunk])
+        _, _, _, _, info = env.step(actions[:, t : t + chunk])
+        max_prob = torch.maximum(max_prob, (info["success_prob"] * info["active"]).max(1).values.cpu())
         t += chunk
     return [
-        {"task": starts.task[i], "success": bool(env.succeeded[i]), "progress": float(env.progress[i])}
+        {
+            "task": starts.task[i],
+            "success": bool(env.succeeded[i]),
+            "progress": float(env.progress[i]),
+            "max_success_prob": float(max_prob[i]),
+        }
         for i in range(starts.batch_size)
     ]
 
