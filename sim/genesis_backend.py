@@ -111,9 +111,10 @@ class GenesisTabletopSim:
             rigid_options=gs.options.RigidOptions(
                 dt=self._timestep,
                 integrator=gs.integrator.implicitfast,
-                # Genesis' default cone, not the MJCF's elliptic one: expert parity holds with it
-                # (benchmarks/sim_backends.py), and solver options are compiled into the kernels.
-                friction_cone=gs.friction_cone.pyramidal,
+                # The MJCF's contact model: elliptic cones, impratio 10, torsional friction (cubes' condim=4).
+                friction_cone=gs.friction_cone.elliptic,
+                impratio=float(mj.opt.impratio),
+                enable_torsional_friction=True,
                 enable_self_collision=False,  # in the MJCF only the finger touches anything
             ),
             vis_options=gs.options.VisOptions(
@@ -137,7 +138,9 @@ class GenesisTabletopSim:
         table = mj.geom("table")
         self.scene.add_entity(
             gs.morphs.Plane(pos=tuple(table.pos)),
-            material=gs.materials.Rigid(friction=float(table.friction[0])),
+            material=gs.materials.Rigid(
+                friction=float(table.friction[0]), friction_torsional=float(table.friction[1])
+            ),
             surface=gs.surfaces.Rough(color=tuple(table.rgba[:3])),
         )
         self.arm = self.scene.add_entity(
@@ -151,7 +154,9 @@ class GenesisTabletopSim:
             self.cubes[colour] = self.scene.add_entity(
                 gs.morphs.Box(size=tuple(2 * geom.size), pos=(0.0, 0.0, CUBE_HALF_SIZE)),
                 material=gs.materials.Rigid(
-                    rho=float(mj.body(f"cube_{colour}").mass[0]) / volume, friction=float(geom.friction[0])
+                    rho=float(mj.body(f"cube_{colour}").mass[0]) / volume,
+                    friction=float(geom.friction[0]),
+                    friction_torsional=float(geom.friction[1]),
                 ),
                 surface=gs.surfaces.Rough(color=tuple(geom.rgba[:3])),
             )
