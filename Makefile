@@ -29,8 +29,8 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# Re-installs only when pyproject.toml changes.
-$(VENV)/.stamp-install: pyproject.toml | $(VENV)/bin/python
+# Re-installs only when pyproject.toml or this file (EXTRAS) changes.
+$(VENV)/.stamp-install: pyproject.toml Makefile | $(VENV)/bin/python
 	$(PY) -m pip install -e ".[$(EXTRAS)]"
 	touch $@
 
