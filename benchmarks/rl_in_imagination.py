@@ -39,6 +39,39 @@ class RLInImaginationBenchmarkConfig:
     final_episodes: int = 100  # sim episodes for the before/after comparison
     final_seed: int = 200_000  # disjoint from training starts and the in-loop evaluation
     threads: int = 2
+    # timing_only: one GRPO iteration with the config's group sizes (weights do not change the cost):
+    # wall time per iteration and its split into imagination and the update; no sim, no before/after.
+    timing_only: bool = False
+
+
+def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig) -> None:
+    import time
+
+    from rl_finetune.grpo import GRPOTrainer
+    from rl_finetune.policy_finetune import training_starts
+    from world_model.model import WorldModel
+    from world_model.world_model_env import WorldModelEnv
+
+    env = WorldModelEnv(WorldModel.from_pretrained(cfg.world_model), ft_cfg.env)
+    trainer = GRPOTrainer(load_policy(cfg.policy), env, ft_cfg.grpo, seed=ft_cfg.seed)
+    starts = training_starts(ft_cfg, env).select(list(range(ft_cfg.grpo.starts_per_iteration)))
+    t0 = time.perf_counter()
+    with count_sim_steps() as counter:
+        data = trainer.collect(starts, seed=0)
+        t1 = time.perf_counter()
+        logs = trainer.update(data, seed=0)
+    t2 = time.perf_counter()
+    episodes = ft_cfg.grpo.starts_per_iteration * ft_cfg.grpo.group_size
+    row = {"episodes": episodes, "horizon": ft_cfg.env.horizon, "imagine_s": t1 - t0, "update_s": t2 - t1,
+           "chunk_samples": len(data), "gradient_steps": logs["gradient_steps"], "sim_steps": counter.steps}  # fmt: skip
+    print_table([row], title="one GRPO iteration in imagination")
+    figures = {"one_iteration": row, "iterations_per_60_min": 3600 / (t2 - t0), "policy": cfg.policy,
+               "world_model": cfg.world_model, "finetune_config": cfg.finetune_config,
+               "grpo": vars(ft_cfg.grpo), "load_average_1_5_15min": os.getloadavg()}  # fmt: skip
+    path = write_result(
+        "rl_in_imagination_timing", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv])
+    )
+    print(f"wrote {path}")
 
 
 def main() -> None:
@@ -52,6 +85,9 @@ def main() -> None:
     if cfg.iterations:
         overrides.append(f"--iterations={cfg.iterations}")
     ft_cfg = parse_cli(FinetunePolicyConfig, ["--config", cfg.finetune_config, *overrides])
+    if cfg.timing_only:
+        time_one_iteration(cfg, ft_cfg)
+        return
     summary = finetune(ft_cfg)
 
     rows, finals = [], {}
