@@ -6,7 +6,9 @@ The arm comes from our own MJCF (`sim/assets/tabletop.xml` with the embodiment's
 cubes and target squares are Genesis primitives sized, coloured and weighted from the compiled MuJoCo model.
 The cameras are placed from the MJCF's cameras (the wrist camera rides on the hand link). The servo is the
 same as MuJoCo's: the PD set-point ramps towards the clipped target within the velocity limits, one
-physics step at a time, with the position actuators' gains and force range.
+physics step at a time, with the position actuators' gains and force range. Known differences: Genesis
+raises the contact time constant to 2 physics steps (0.01 s, MJCF 0.005 s), and its rasteriser lights the
+scene a little differently (benchmarks/sim_backends.py measures expert and policy parity).
 
 Genesis runs on `gs.cpu` (or `gs.gpu` when CUDA is available). It is initialised once per process; its first
 scene build compiles kernels (minutes on a CPU; cached on disk for later processes).
@@ -54,8 +56,6 @@ def import_genesis():
 def arm_mjcf(embodiment: EmbodimentSpec) -> str:
     """Our MJCF with only the arm left in it (plus its actuators), as XML text for Genesis' importer."""
     spec = build_spec(embodiment)
-    # Genesis takes solver options from RigidOptions, not from the MJCF; say so rather than be warned.
-    spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
     for body in list(spec.worldbody.bodies):
         if body.name != ARM_ROOT_BODY:
             spec.delete(body)
@@ -122,7 +122,7 @@ class GenesisTabletopSim:
                 plane_reflection=False,
                 show_world_frame=False,
                 ambient_light=tuple(mj.vis.headlight.ambient),
-                background_color=(0.15, 0.15, 0.18),  # the MJCF's haze colour
+                background_color=tuple(float(c) for c in mj.vis.rgba.haze[:3]),
                 lights=[
                     {
                         "type": "directional",
