@@ -123,12 +123,15 @@ class GenesisTabletopSim:
                 show_world_frame=False,
                 ambient_light=tuple(mj.vis.headlight.ambient),
                 background_color=tuple(float(c) for c in mj.vis.rgba.haze[:3]),
+                # One top light stands in for the MJCF's top light and camera headlight; its intensity matches
+                # the front camera's mean brightness to ~3/255 (the wrist view stays ~20/255 darker: Genesis has
+                # no light that follows a camera).
                 lights=[
                     {
                         "type": "directional",
                         "dir": (0.0, 0.0, -1.0),
                         "color": (1.0, 1.0, 1.0),
-                        "intensity": 2.5,
+                        "intensity": 3.0,
                     }
                 ],
             ),
