@@ -126,6 +126,7 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
                 f"--dataset.root={data}",
                 f"--output_dir={wm_post}",
                 f"--train.steps={cfg.posttrain_steps}",
+                f"--train.checkpoint_every={cfg.posttrain_steps}",
             ],
             wm_post / "pretrained_model" / "model.safetensors",
             wm_post / "pretrained_model",
@@ -139,6 +140,8 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
                 f"--output_dir={pol}",
                 f"--train.steps={cfg.policy_steps}",
                 f"--eval.env.task={cfg.task}",
+                # The policy reads only the camera the world model draws, so it can run in imagination.
+                "--policy.flow_vla.cameras=[front]",
             ],
             pol / "pretrained_model" / "model.safetensors",
             pol / "pretrained_model",
@@ -156,14 +159,16 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
             "evaluate_policy.py",
             [
                 "--backend=imagination",
+                "--compare_sim=true",
+                f"--sim.task={cfg.task}",
                 f"--episodes={cfg.eval_episodes}",
                 f"--policy.path={pol / 'pretrained_model'}",
-                f"--world_model.path={wm_ckpt}",
+                f"--imagination.world_model={wm_ckpt}",
                 f"--output_dir={eval_bc_imag}",
             ],
-            eval_bc_imag / "summary.json",
+            eval_bc_imag / "ranking.json",
             eval_bc_imag,
-            lambda: _eval_metrics(eval_bc_imag),
+            lambda: _ranking_metrics(eval_bc_imag),
         ),
         Stage(
             "RL fine-tune policy in imagination",
@@ -171,10 +176,12 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
             [
                 "--config=configs/finetune/tiny.yaml",
                 f"--policy.path={pol / 'pretrained_model'}",
-                f"--world_model.path={wm_ckpt}",
-                f"--dataset.root={data}",
+                f"--world_model={wm_ckpt}",
                 f"--output_dir={ft}",
                 f"--iterations={cfg.finetune_iterations}",
+                f"--eval.every={cfg.finetune_iterations}",
+                f"--eval.episodes={cfg.eval_episodes}",
+                f"--eval.sim.task={cfg.task}",
             ],
             ft / "pretrained_model" / "model.safetensors",
             ft / "pretrained_model",
@@ -191,14 +198,17 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
             "deploy on the sim robot",
             "deploy.py",
             [
-                "--robot.type=sim",
-                f"--policy.path={(ft if ft.exists() else pol) / 'pretrained_model'}",
+                "--config=configs/deploy/tiny.yaml",
+                f"--robot.task={cfg.task}",
+                f"--policy_path={(ft if ft.exists() else pol) / 'pretrained_model'}",
                 f"--episode_time_s={cfg.deploy_seconds}",
-                f"--output_dir={run_dir / 'deploy'}",
+                f"--record.root={run_dir / 'deploy'}",
             ],
-            run_dir / "deploy" / "summary.json",
+            run_dir / "deploy" / "meta" / "info.json",
             run_dir / "deploy",
-            lambda: _read_json(run_dir / "deploy" / "summary.json"),
+            lambda: _pick(
+                _read_json(run_dir / "deploy" / "meta" / "info.json"), "total_episodes", "total_frames"
+            ),
         ),
     ]
 
@@ -209,6 +219,13 @@ def _eval_metrics(directory: Path) -> dict:
     if "success_ci95" in s:
         out["success_ci95"] = "{:.2f}-{:.2f}".format(*s["success_ci95"])
     return out
+
+
+def _ranking_metrics(directory: Path) -> dict:
+    rows = _read_json(directory / "ranking.json").get("rows", [])
+    if not rows:
+        return {}
+    return {k: v for k, v in rows[0].items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 def _latest_eval(train_dir: Path) -> dict:
