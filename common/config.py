@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -36,7 +37,7 @@ def _known_keys(cls: type, prefix: str = "") -> set[str]:
     for f in dataclasses.fields(cls):
         name = f"{prefix}{f.name}"
         keys.add(name)
-        sub = _field_class(f)
+        sub = _field_class(cls, f)
         if sub is None:
             continue
         keys |= _known_keys(sub, name + ".")
@@ -55,7 +56,7 @@ def _check_yaml_keys(cls: type, data: dict, path: Path, prefix: str = "") -> Non
             raise ConfigError(
                 f"{path}: unknown key '{prefix}{key}'; {cls.__name__} has: {', '.join(sorted(fields))}"
             )
-        ftype = _field_class(fields[key])
+        ftype = _field_class(cls, fields[key])
         if ftype is not None and isinstance(value, dict):
             choices = _choices(ftype)
             if "type" in value and choices:
@@ -67,11 +68,19 @@ def _check_yaml_keys(cls: type, data: dict, path: Path, prefix: str = "") -> Non
             _check_yaml_keys(ftype, value, path, f"{prefix}{key}.")
 
 
-def _field_class(f: dataclasses.Field) -> type | None:
-    if isinstance(f.type, type) and dataclasses.is_dataclass(f.type):
-        return f.type
-    if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory):
-        return f.default_factory  # type: ignore[return-value]
+def _field_class(owner: type, f: dataclasses.Field) -> type | None:
+    """The dataclass type of a nested config field, if it is one (string annotations resolved)."""
+    try:
+        hint = typing.get_type_hints(owner).get(f.name, f.type)
+    except (NameError, TypeError):
+        hint = f.type
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return hint
+    if f.default_factory is not dataclasses.MISSING:
+        if isinstance(f.default_factory, type):
+            return f.default_factory if dataclasses.is_dataclass(f.default_factory) else None
+        value = f.default_factory()  # e.g. `lambda: SimEvalConfig(videos=0)`
+        return type(value) if dataclasses.is_dataclass(value) else None
     if f.default is not dataclasses.MISSING and dataclasses.is_dataclass(f.default):
         return type(f.default)
     return None

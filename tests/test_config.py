@@ -63,3 +63,17 @@ def test_bad_yaml_names_the_file_and_key(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message) as e:
         parse_cli(Cfg, ["--config", str(path)])
     assert str(path) in str(e.value)
+
+
+@dataclass
+class WithFactory:
+    model: ModelCfg = field(default_factory=lambda: ModelCfg(depth=9))
+
+
+def test_nested_config_built_by_a_lambda_takes_dotted_overrides(tmp_path):
+    assert parse_cli(WithFactory, []) == WithFactory()
+    assert parse_cli(WithFactory, ["--model.width=8"]).model.width == 8
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  widht: 3\n")
+    with pytest.raises(ConfigError, match="unknown key 'model.widht'"):
+        parse_cli(WithFactory, ["--config", str(path)])
