@@ -34,10 +34,12 @@ class QuickstartConfig:
     demo_episodes: int = 200  # expert demos for the world model and the policy
     demo_skill_range: list[float] = field(default_factory=lambda: [0.3, 1.0])
     world_model_steps: int = 1500
-    posttrain_steps: int = 100
+    posttrain_steps: int = 20  # per post-training stage; ~30 s a step on 2 CPU cores
     policy_steps: int = 1500
     eval_episodes: int = 50
     finetune_iterations: int = 20
+    finetune_group_size: int = 8  # GRPO rollouts per imagined start
+    finetune_starts: int = 4  # imagined starts per GRPO iteration
     deploy_seconds: float = 10.0
     fast: bool = False  # a first look in <= 10 minutes: fewer demos, steps and episodes
     force: bool = False  # re-run stages whose outputs exist
@@ -46,10 +48,12 @@ class QuickstartConfig:
         if self.fast:
             self.demo_episodes = min(self.demo_episodes, 40)
             self.world_model_steps = min(self.world_model_steps, 150)
-            self.posttrain_steps = min(self.posttrain_steps, 10)
+            self.posttrain_steps = min(self.posttrain_steps, 5)
             self.policy_steps = min(self.policy_steps, 300)
             self.eval_episodes = min(self.eval_episodes, 10)
             self.finetune_iterations = min(self.finetune_iterations, 2)
+            self.finetune_group_size = min(self.finetune_group_size, 4)
+            self.finetune_starts = min(self.finetune_starts, 2)
             self.deploy_seconds = min(self.deploy_seconds, 3.0)
 
 
@@ -179,6 +183,8 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
                 f"--world_model={wm_ckpt}",
                 f"--output_dir={ft}",
                 f"--iterations={cfg.finetune_iterations}",
+                f"--grpo.group_size={cfg.finetune_group_size}",
+                f"--grpo.starts_per_iteration={cfg.finetune_starts}",
                 f"--eval.every={cfg.finetune_iterations}",
                 f"--eval.episodes={cfg.eval_episodes}",
                 f"--eval.sim.task={cfg.task}",
