@@ -72,6 +72,11 @@ def _read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _read_json_list(path: Path) -> list:
+    data = json.loads(path.read_text()) if path.is_file() else []
+    return data if isinstance(data, list) else []
+
+
 def _pick(d: dict, *keys: str) -> dict:
     return {k: d[k] for k in keys if k in d}
 
@@ -206,7 +211,7 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
             [
                 "--config=configs/deploy/tiny.yaml",
                 f"--robot.task={cfg.task}",
-                f"--policy_path={(ft if ft.exists() else pol) / 'pretrained_model'}",
+                f"--policy_path={(ft if (REPO / 'finetune_policy.py').is_file() else pol) / 'pretrained_model'}",
                 f"--episode_time_s={cfg.deploy_seconds}",
                 f"--record.root={run_dir / 'deploy'}",
             ],
@@ -228,15 +233,30 @@ def _eval_metrics(directory: Path) -> dict:
 
 
 def _ranking_metrics(directory: Path) -> dict:
-    rows = _read_json(directory / "ranking.json").get("rows", [])
-    if not rows:
+    """Imagined vs simulated success of the (first) policy evaluated by `--backend imagination`."""
+    policies = _read_json(directory / "ranking.json").get("policies", {})
+    if not policies:
         return {}
-    return {k: v for k, v in rows[0].items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    first = next(iter(policies.values()))
+    out = {}
+    for backend in ("imagination", "sim"):
+        if backend in first:
+            out[f"{backend} success"] = first[backend]["success_rate"]
+            out[f"{backend} progress"] = first[backend]["mean_progress"]
+    return out
 
 
 def _latest_eval(train_dir: Path) -> dict:
+    """Fidelity at horizons 1, 10 and 30 from the world-model trainer's last evaluation."""
     evals = sorted((train_dir / "eval").glob("*/metrics.json"))
-    return _read_json(evals[-1]) if evals else {}
+    curves = _read_json(evals[-1]) if evals else {}
+    out = {}
+    for name in ("ssim", "ssim_copy_last", "psnr", "psnr_copy_last"):
+        values = curves.get(name, [])
+        for h in (1, 10, 30):
+            if len(values) >= h:
+                out[f"{name}@{h}"] = values[h - 1]
+    return out
 
 
 def is_done(stage: Stage) -> bool:
@@ -278,16 +298,34 @@ def run_stage(stage: Stage, force: bool, log_dir: Path) -> StageRecord:
     return StageRecord(stage.name, "ran", seconds, str(stage.produced), stage.metrics())
 
 
+def _mp4_to_gif(src: Path, dst: Path, max_frames: int = 60) -> Path:
+    import imageio.v3 as iio
+
+    frames = iio.imread(src, index=None)[:max_frames]
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    iio.imwrite(dst, frames, duration=100, loop=0)
+    return dst
+
+
 def collect_media(run_dir: Path) -> tuple[list[Media], list[Media]]:
-    """Figures and videos the stages wrote: PNG plots and GIF side-by-side videos."""
+    """Figures (PNG) and videos the stages wrote; MP4 videos are converted to GIF for the page."""
     figures = [
         Media(p.stem.replace("_", " "), p, str(p.parent.relative_to(run_dir)))
         for p in sorted(run_dir.rglob("*.png"))
     ]
-    videos = [
-        Media(p.stem.replace("_", " "), p, str(p.parent.relative_to(run_dir)))
-        for p in sorted(run_dir.rglob("*.gif"))
+    wanted = [
+        "world_model/eval/*/rollout.mp4",
+        "eval/*/*/videos/sim_vs_imagined_*.mp4",
+        "eval/*_sim/videos/*.mp4",
     ]
+    videos = []
+    for pattern in wanted:
+        for src in sorted(run_dir.glob(pattern))[:3]:
+            rel = src.relative_to(run_dir)
+            gif = run_dir / "report_media" / (str(rel.with_suffix("")).replace("/", "__") + ".gif")
+            if not gif.is_file():
+                _mp4_to_gif(src, gif)
+            videos.append(Media(src.stem.replace("_", " "), gif, str(rel.parent)))
     return figures[:24], videos[:12]
 
 
@@ -300,14 +338,21 @@ def run_quickstart(cfg: QuickstartConfig) -> Path:
     env_defaults = {"MUJOCO_GL": "egl", "HF_HUB_OFFLINE": "1"}
     for k, v in env_defaults.items():
         os.environ.setdefault(k, v)
-    t0 = time.perf_counter()
+    # A skipped stage keeps the time it took when it ran, so the report of a resumed loop stays complete.
+    earlier = {
+        r["name"]: r
+        for r in _read_json_list(run_dir / "stages.json")
+        if r.get("status") in ("ran", "done earlier")
+    }
     records = []
     for stage in stages_for(cfg, run_dir):
         record = run_stage(stage, cfg.force, run_dir / "logs")
+        if record.status == "skipped" and stage.name in earlier:
+            record.status, record.seconds = "done earlier", earlier[stage.name]["seconds"]
         records.append(record)
         if record.status == "failed":
             break
-    total = time.perf_counter() - t0
+    total = sum(r.seconds for r in records)
     save_json([vars(r) for r in records], run_dir / "stages.json")
     figures, videos = collect_media(run_dir)
     report = write_report(
@@ -318,7 +363,7 @@ def run_quickstart(cfg: QuickstartConfig) -> Path:
         videos,
         {"config": vars(cfg)},
     )
-    print(f"quickstart finished in {total / 60:.1f} min; report: {report}")
+    print(f"quickstart: {total / 60:.1f} min of stage time; report: {report}")
     if any(r.status == "failed" for r in records):
         raise SystemExit(1)
     return report

@@ -78,7 +78,7 @@ STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}
 tr.failed{background:#fdd}tr.skipped{color:#666}tr.not-available{color:#999}
-.grid{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}img{image-rendering:pixelated;max-width:560px}
+.grid{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}img{image-rendering:pixelated;min-width:256px;max-width:560px}
 """
 
 CHECK_SCRIPT = """
