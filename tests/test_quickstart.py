@@ -1,0 +1,52 @@
+"""The quickstart runner: runs real scripts, skips finished stages, reports missing and failed ones."""
+
+from __future__ import annotations
+
+import json
+
+from rl_finetune.quickstart import QuickstartConfig, Stage, is_done, run_stage, stages_for
+
+
+def _stage(tmp_path, body: str, name: str = "demo") -> Stage:
+    script = tmp_path / f"{name}.py"
+    script.write_text(body)
+    marker = tmp_path / "out" / "done.txt"
+    return Stage(name, str(script), [str(marker)], marker, marker.parent, lambda: {"value": 1.0})
+
+
+WRITES_MARKER = "import pathlib, sys\np = pathlib.Path(sys.argv[1]); p.parent.mkdir(); p.write_text('ok')\n"
+
+
+def test_stage_runs_then_is_skipped(tmp_path):
+    stage = _stage(tmp_path, WRITES_MARKER)
+    first = run_stage(stage, force=False, log_dir=tmp_path / "logs")
+    assert first.status == "ran" and first.metrics == {"value": 1.0}
+    assert (tmp_path / "logs" / "demo.log").is_file()
+    assert run_stage(stage, force=False, log_dir=tmp_path / "logs").status == "skipped"
+
+
+def test_failed_and_missing_stages_are_reported(tmp_path):
+    failing = _stage(tmp_path, "raise SystemExit(3)\n", "fails")
+    record = run_stage(failing, force=False, log_dir=tmp_path / "logs")
+    assert record.status == "failed" and record.produced.endswith("fails.log")
+    missing = Stage("gone", str(tmp_path / "nope.py"), [], tmp_path / "m", tmp_path)
+    assert run_stage(missing, force=False, log_dir=tmp_path / "logs").status == "not available"
+
+
+def test_an_incomplete_recording_is_not_done(tmp_path):
+    marker = tmp_path / "meta" / "recording.json"
+    marker.parent.mkdir()
+    stage = Stage("record", "record_demos.py", [], marker, tmp_path)
+    marker.write_text(json.dumps({"complete": False}))
+    assert not is_done(stage)
+    marker.write_text(json.dumps({"complete": True}))
+    assert is_done(stage)
+
+
+def test_fast_mode_shrinks_every_budget_and_stages_use_one_dataset(tmp_path):
+    cfg = QuickstartConfig(fast=True)
+    cfg.apply_fast()
+    assert cfg.demo_episodes <= 40 and cfg.world_model_steps <= 150 and cfg.finetune_iterations <= 2
+    stages = stages_for(cfg, tmp_path)
+    data_args = [a for s in stages for a in s.args if a.startswith(("--root=", "--dataset.root="))]
+    assert len({a.split("=", 1)[1] for a in data_args}) == 1
