@@ -21,11 +21,11 @@ from sim.tabletop_env import TabletopEnv  # noqa: E402
 SKILLS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 
 
-def evaluate(task: str, skill: float, episodes: int, seed: int) -> dict:
-    env = TabletopEnv(task=task, cameras=())
+def evaluate(task: str, skill: float, episodes: int, seed: int, backend: str = "mujoco") -> dict:
+    env = TabletopEnv(task=task, cameras=(), backend=backend)
     expert = ScriptedExpert(env, ExpertConfig(skill=skill))
     successes, lengths, progress = [], [], []
-    for i in tqdm(range(episodes), desc=f"{task} skill={skill}", leave=False):
+    for i in tqdm(range(episodes), desc=f"{task} skill={skill} ({backend})", leave=False):
         env.reset(seed=seed + i)
         expert.reset(seed=seed + i)
         length, done = 0, False

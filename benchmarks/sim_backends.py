@@ -20,13 +20,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks.expert_success import evaluate as evaluate_expert  # noqa: E402
 from sim.backends import SIM_BACKENDS  # noqa: E402
-from sim.experts import ScriptedExpert  # noqa: E402
 from sim.tabletop_env import TabletopEnv  # noqa: E402
 
 CAMERAS = ("front", "wrist")
@@ -86,24 +85,6 @@ def speed(backend: str, image_size: int, steps: int, repeats: int) -> dict:
     }
 
 
-def expert_success(backend: str, task: str, episodes: int, seed: int) -> dict:
-    env = TabletopEnv(task=task, cameras=(), backend=backend)
-    expert = ScriptedExpert(env)
-    successes, lengths = [], []
-    for i in tqdm(range(episodes), desc=f"expert {task} on {backend}", leave=False):
-        env.reset(seed=seed + i)
-        expert.reset(seed=seed + i)
-        length, done = 0, False
-        while not done:
-            _, _, terminated, truncated, info = env.step(expert.act())
-            length += 1
-            done = terminated or truncated
-        successes.append(bool(info["success"]))
-        lengths.append(length)
-    env.close()
-    return {"success_rate": float(np.mean(successes)), "mean_length": float(np.mean(lengths))}
-
-
 def policy_success(backend: str, policy, task: str, episodes: int, seed: int, batch_envs: int) -> dict:
     from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 
@@ -146,7 +127,9 @@ def main() -> None:
     for task in args.tasks:
         row = {"who": "expert", "task": task, "episodes": args.episodes}
         for b in args.backends:
-            row[f"{b}_success"] = expert_success(b, task, args.episodes, args.seed)["success_rate"]
+            row[f"{b}_success"] = evaluate_expert(task, 1.0, args.episodes, args.seed, backend=b)[
+                "success_rate"
+            ]
         parity_rows.append(row)
     if args.policy:
         row = {"who": "policy", "task": args.policy_task}

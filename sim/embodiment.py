@@ -49,6 +49,15 @@ class EmbodimentSpec:
     def max_acceleration(self) -> np.ndarray:
         return np.asarray(self.acceleration_limit, dtype=np.float64)
 
+    def clip_target(self, q) -> np.ndarray:
+        """A commanded joint-position target, checked (shape, finite) and clipped to the position limits."""
+        q = np.asarray(q, dtype=np.float64)
+        if q.shape != (self.num_joints,):
+            raise ValueError(f"joint target has shape {q.shape}, expected ({self.num_joints},)")
+        if not np.all(np.isfinite(q)):
+            raise ValueError(f"joint target must be finite, got {q}")
+        return np.clip(q, self.lower(), self.upper())
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -82,12 +82,7 @@ class TabletopSim:
 
     def set_target(self, q: np.ndarray) -> np.ndarray:
         """Command absolute joint positions; returns the target actually used (clipped to the limits)."""
-        q = np.asarray(q, dtype=np.float64)
-        if q.shape != (self.embodiment.num_joints,):
-            raise ValueError(f"joint target has shape {q.shape}, expected ({self.embodiment.num_joints},)")
-        if not np.all(np.isfinite(q)):
-            raise ValueError(f"joint target must be finite, got {q}")
-        self.target = np.clip(q, self._lower, self._upper)
+        self.target = self.embodiment.clip_target(q)
         return self.target.copy()
 
     def advance(self, duration: float) -> None:
