@@ -53,7 +53,7 @@ def predict_x0(model: WorldModel, x: torch.Tensor, actions: torch.Tensor, noised
     clean = flow.add_noise(x, noised.context_noise, ctx_t)
     prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
     noisy = flow.add_noise(x[:, 1:], noised.noise, noised.t)
-    lead_actions = torch.cat([torch.zeros_like(a[:, :1]), a[:, :-1]], 1)  # frame i <- action i-1
+    lead_actions = model.lead_action_features(a)  # frame i <- action i-1
     has_action = torch.ones(b, length, dtype=torch.bool, device=dev)
     has_action[:, 0] = False
     par, sd = cfg.parameterisation, cfg.sigma_data

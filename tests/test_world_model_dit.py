@@ -160,9 +160,9 @@ def test_rollout_shapes_and_ranges():
     assert ((success >= 0) & (success <= 1)).all()
 
 
-@pytest.mark.parametrize("method", ["euler", "heun"])
-def test_kv_cache_rollout_equals_recompute(method):
-    model = tiny_model()
+@pytest.mark.parametrize("method, action_delta", [("euler", False), ("heun", False), ("euler", True)])
+def test_kv_cache_rollout_equals_recompute(method, action_delta):
+    model = tiny_model(action_delta=action_delta)
     model.cfg.sampler.method = method
     inputs = rollout_inputs(h=6)
     cached = model.rollout(*inputs, steps=3, generator=torch.Generator().manual_seed(5))
@@ -179,6 +179,20 @@ def test_rollout_is_deterministic_under_a_generator_and_depends_on_actions():
     c = model.rollout(ctx, ctx_a, fut + 1.0, generator=torch.Generator().manual_seed(1))[0]
     assert torch.equal(a, b)
     assert (a - c).abs().max() > 1e-3
+
+
+def test_action_delta_features_step_by_step_equal_the_whole_sequence():
+    """A rollout builds each frame's action input one step at a time; training builds them for a window."""
+    model = tiny_model(action_delta=True)
+    a = torch.randn(2, 6, 4)
+    whole = model.action_features(a)
+    assert whole.shape == (2, 6, 8)
+    torch.testing.assert_close(whole[:, 0, 4:], torch.zeros(2, 4))  # no earlier action: no change
+    for k in range(1, 6):
+        torch.testing.assert_close(model.action_features(a[:, k : k + 1], a[:, k - 1 : k])[:, 0], whole[:, k])
+    lead = model.lead_action_features(a)
+    torch.testing.assert_close(lead[:, 1:], whole[:, :-1])
+    assert torch.equal(tiny_model().action_features(a), a)  # off: the actions as they are
 
 
 def test_guidance_runs_and_changes_the_result():

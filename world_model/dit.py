@@ -36,6 +36,9 @@ class VideoDiTConfig:
     heads: int = 4
     mlp_ratio: float = 4.0
     action_dim: int = 4
+    # Also condition each frame on the change of the commanded action (a[t-1] - a[t-2]): with absolute
+    # joint targets the motion is otherwise only readable as target minus a pose seen in pixels.
+    action_delta: bool = False
     context_frames: int = 4  # earlier frames each frame attends to (block-causal sliding window)
     condition_on_previous_frame: bool = True
     # Output = previous frame + a learned change (x0 parameterisation only): static pixels are copied
@@ -145,7 +148,8 @@ class VideoDiT(nn.Module):
         self.patch = nn.Linear(in_ch * p * p, d)
         self.pos = nn.Parameter(torch.randn(cfg.patches_per_view, d) * 0.02)
         self.view = nn.Parameter(torch.zeros(cfg.num_views, d))
-        self.action_embed = nn.Sequential(nn.Linear(cfg.action_dim, d), nn.SiLU(), nn.Linear(d, d))
+        action_in = cfg.action_dim * (2 if cfg.action_delta else 1)
+        self.action_embed = nn.Sequential(nn.Linear(action_in, d), nn.SiLU(), nn.Linear(d, d))
         # Stands in for the action when there is none (the first frame) or it is dropped for guidance.
         self.null_action = nn.Parameter(torch.zeros(d))
         self.noise_embed = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, d))

@@ -130,6 +130,20 @@ class WorldModel(nn.Module):
     def normalize_action(self, a: torch.Tensor) -> torch.Tensor:
         return self.normalizer.normalize(ACTION, a)
 
+    def action_features(self, a: torch.Tensor, previous: torch.Tensor | None = None) -> torch.Tensor:
+        """The DiT's action input for normalised actions a [B, N, A]: a itself and, with `dit.action_delta`,
+        the change from the action before it (`previous` [B, 1, A] before a[:, 0]; zero change if unknown)."""
+        if not self.cfg.dit.action_delta:
+            return a
+        before = torch.cat([a[:, :1] if previous is None else previous, a[:, :-1]], 1)
+        return torch.cat([a, a - before], -1)
+
+    def lead_action_features(self, a: torch.Tensor) -> torch.Tensor:
+        """Per-frame conditioning for a window's normalised actions a [B, T, A] (a[:, t] leads frame t to
+        t + 1): frame i gets the features of action i - 1; frame 0 gets zeros (it is masked as invalid)."""
+        feats = self.action_features(a)
+        return torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], 1)
+
     def unnormalize_action(self, a: torch.Tensor) -> torch.Tensor:
         return self.normalizer.unnormalize(ACTION, a)
 
@@ -210,7 +224,7 @@ class WorldModel(nn.Module):
         noise = torch.randn_like(x[:, 1:])
         noisy = flow.add_noise(x[:, 1:], noise, target_t)
 
-        lead_actions = torch.cat([torch.zeros_like(a[:, :1]), a[:, :-1]], 1)  # frame i <- action i-1
+        lead_actions = self.lead_action_features(a)  # frame i <- action i-1
         has_action = torch.ones(b, t_len, dtype=torch.bool, device=dev)
         has_action[:, 0] = False
         keep = torch.rand(b, t_len - 1, device=dev) >= cfg.action_dropout
@@ -360,7 +374,10 @@ class WorldModel(nn.Module):
             raise ValueError(f"future_actions: expected [{b}, H, {a_dim}], got {list(future_actions.shape)}")
         dev = ctx.device
         x = self.codec.encode(self.frames_in(ctx))
-        a_ctx = torch.cat([torch.zeros(b, 1, a_dim, device=dev), self.normalize_action(context_actions)], 1)
+        a_ctx = self.lead_action_features(
+            torch.cat([self.normalize_action(context_actions), torch.zeros(b, 1, a_dim, device=dev)], 1)
+        )
+        previous = self.normalize_action(context_actions[:, -1:]) if c > 1 else None
         valid = torch.ones(b, c, dtype=torch.bool, device=dev)
         valid[:, 0] = False
         s = cfg.context_noise_rollout
@@ -388,7 +405,9 @@ class WorldModel(nn.Module):
         yes = torch.ones(b, 1, dtype=torch.bool, device=dev)
         for k in range(future_actions.shape[1]):
             index = torch.tensor([c + k], device=dev)
-            a = self.normalize_action(future_actions[:, k : k + 1])
+            a_norm = self.normalize_action(future_actions[:, k : k + 1])
+            a = self.action_features(a_norm, previous)
+            previous = a_norm
 
             def denoise(x_t, t, a=a, index=index, last=last, cache=cache, history=history):
                 cond = self._x0(x_t, last, a, yes, t, index, cache, history)
