@@ -33,7 +33,7 @@ class QuickstartConfig:
     task: str = "reach"  # reach | push
     demo_episodes: int = 200  # expert demos for the world model and the policy
     demo_skill_range: list[float] = field(default_factory=lambda: [0.3, 1.0])
-    world_model_steps: int = 1500
+    world_model_steps: int = 2000
     posttrain_steps: int = 20  # per post-training stage; ~30 s a step on 2 CPU cores
     policy_steps: int = 1500
     eval_episodes: int = 50
