@@ -9,7 +9,8 @@ frames are and cached keys/values stay valid however long a rollout runs.
 
 The patch embedding optionally reads the previous frame beside the current one (as DIAMOND stacks past
 frames on the channels): a strong, local "copy what was there" path which keeps static pixels sharp. A
-small convolution after un-patchifying lets neighbouring patches talk and removes 8x8 block seams.
+small full-resolution convolution after un-patchifying, reading the output beside the previous frame, lets
+neighbouring patches talk (no block seams) and repairs pixel-level errors a patch token cannot express.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ class VideoDiTConfig:
     # Output = previous frame + a learned change (x0 parameterisation only): static pixels are copied
     # exactly instead of squeezed through a patch token, so the network spends itself on what moves.
     residual_to_previous_frame: bool = True
-    output_conv_channels: int = 32  # 0 disables the seam-removing output convolution
+    # A small full-resolution convolution on the output and the previous frame (0 disables it): it removes
+    # patch seams and, as the tokens cannot, cleans pixel-level errors carried in through the residual.
+    output_conv_channels: int = 32
     attention_backend: str = "sdpa"  # sdpa | xformers | cuda_ext
 
     def validate(self) -> None:
@@ -163,7 +166,11 @@ class VideoDiT(nn.Module):
         if cfg.output_conv_channels:
             c, h = cfg.channels, cfg.output_conv_channels
             self.refine = nn.Sequential(
-                nn.Conv2d(c, h, 3, padding=1), nn.SiLU(), nn.Conv2d(h, c, 3, padding=1)
+                nn.Conv2d(in_ch, h, 3, padding=1),
+                nn.SiLU(),
+                nn.Conv2d(h, h, 3, padding=1),
+                nn.SiLU(),
+                nn.Conv2d(h, c, 3, padding=1),
             )
             nn.init.zeros_(self.refine[-1].weight)
             nn.init.zeros_(self.refine[-1].bias)
@@ -214,10 +221,11 @@ class VideoDiT(nn.Module):
         h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)
         features = h.view(b, nf, cfg.frame_len, cfg.width).mean(2)
         out = self._unpatchify(self.final(h), b, nf)
-        if self.refine is not None:
-            out = out + self.refine(out.flatten(0, 2)).view_as(out)
         if cfg.residual_to_previous_frame:
             out = out + prev
+        if self.refine is not None:
+            both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
+            out = out + self.refine(both.flatten(0, 2)).view_as(out)
         return out, features, new_kv
 
     def _patchify(self, x: torch.Tensor) -> torch.Tensor:

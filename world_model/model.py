@@ -52,6 +52,11 @@ class WorldModelConfig:
     # trust its own slightly-wrong past frames; rollouts noise their context at `context_noise_rollout`.
     context_noise_max: float = 0.1
     context_noise_rollout: float = 0.02
+    # Share of training windows whose context frames 1..T-1 are replaced by the model's own estimates of them
+    # (one no-grad teacher-forced pass, noise levels where a few-step sampler works). Teacher forcing alone
+    # never shows the model its own errors, so in a rollout they pile up frame after frame; with its own
+    # estimates as context it learns to repair them. Costs one extra forward pass per step.
+    self_forcing: float = 0.0
     action_dropout: float = 0.0  # > 0 trains the unconditional model for classifier-free guidance
     head_loss_weight: float = 0.1
     idm_loss_weight: float = 1.0
@@ -80,6 +85,8 @@ class WorldModelConfig:
             raise ValueError("context_noise_max and context_noise_rollout must lie in [0, 1]")
         if not 0 <= self.noise_floor < 1:
             raise ValueError(f"noise_floor={self.noise_floor} must lie in [0, 1)")
+        if not 0 <= self.self_forcing <= 1:
+            raise ValueError(f"self_forcing={self.self_forcing} must lie in [0, 1]")
         if not 0 <= self.action_dropout < 1:
             raise ValueError(f"action_dropout={self.action_dropout} must lie in [0, 1)")
 
@@ -218,7 +225,6 @@ class WorldModel(nn.Module):
 
         ctx_t = torch.rand(b, t_len, device=dev) * cfg.context_noise_max
         clean = flow.add_noise(x, torch.randn_like(x), ctx_t)
-        prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
         target_t = flow.sample_training_t((b, t_len - 1), cfg.noise_distribution, device=dev)
         target_t = cfg.noise_floor + (1 - cfg.noise_floor) * target_t
         noise = torch.randn_like(x[:, 1:])
@@ -228,21 +234,39 @@ class WorldModel(nn.Module):
         has_action = torch.ones(b, t_len, dtype=torch.bool, device=dev)
         has_action[:, 0] = False
         keep = torch.rand(b, t_len - 1, device=dev) >= cfg.action_dropout
-
-        sd, par = cfg.sigma_data, cfg.parameterisation
-        seq = torch.cat(
-            [flow.input_scale(clean, ctx_t, par, sd), flow.input_scale(noisy, target_t, par, sd)], 1
-        )
         time_index = torch.cat([torch.arange(t_len, device=dev), torch.arange(1, t_len, device=dev)])
-        out, features, _ = self.dit(
-            seq,
-            torch.cat([prev_clean, clean[:, :-1]], 1),
-            torch.cat([lead_actions, lead_actions[:, 1:]], 1),
-            torch.cat([has_action, keep], 1),
-            torch.cat([ctx_t, target_t], 1),
-            time_index,
-            teacher_forced=True,
-        )
+
+        def teacher_forced_pass(clean, noisy, target_t, keep):
+            sd, par = cfg.sigma_data, cfg.parameterisation
+            seq = torch.cat(
+                [flow.input_scale(clean, ctx_t, par, sd), flow.input_scale(noisy, target_t, par, sd)], 1
+            )
+            prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
+            out, features, _ = self.dit(
+                seq,
+                torch.cat([prev_clean, clean[:, :-1]], 1),
+                torch.cat([lead_actions, lead_actions[:, 1:]], 1),
+                torch.cat([has_action, keep], 1),
+                torch.cat([ctx_t, target_t], 1),
+                time_index,
+                teacher_forced=True,
+            )
+            return out, features
+
+        if cfg.self_forcing > 0:
+            with torch.no_grad():
+                own_t = 0.5 + 0.5 * torch.rand(b, t_len - 1, device=dev)
+                own_noisy = flow.add_noise(x[:, 1:], torch.randn_like(x[:, 1:]), own_t)
+                own_out, _ = teacher_forced_pass(clean, own_noisy, own_t, torch.ones_like(keep))
+                own = flow.to_x0(own_out[:, t_len:], own_noisy, own_t, cfg.parameterisation, cfg.sigma_data)
+                if not self.codec.latent:
+                    own = own.clamp(-1, 1)
+                own = flow.add_noise(own, torch.randn_like(own), ctx_t[:, 1:])
+                pick = (torch.rand(b, device=dev) < cfg.self_forcing).view(b, *[1] * (x.dim() - 1))
+                clean = torch.cat([clean[:, :1], torch.where(pick, own, clean[:, 1:])], 1)
+
+        out, features = teacher_forced_pass(clean, noisy, target_t, keep)
+        sd, par = cfg.sigma_data, cfg.parameterisation
         target = flow.training_target(x[:, 1:], noise, noisy, target_t, par, sd)
         diffusion = F.mse_loss(out[:, t_len:], target)
         with torch.no_grad():
