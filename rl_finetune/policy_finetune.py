@@ -1,9 +1,12 @@
 """RL fine-tuning of a BC policy in imagination, with the simulator used only to evaluate.
 
     python finetune_policy.py --config configs/finetune/tiny.yaml --policy.path=... --world_model=...
+    python finetune_policy.py ... --algorithm=ppo        # PPO with a value head instead of GRPO
 
 Training episodes start from a pool of real first observations (simulator resets, rendered and never
-stepped, or dataset episodes) and run only in the world model (`rl_finetune.grpo`). Every
+stepped, or dataset episodes) and run only in the world model, optimised by GRPO (`rl_finetune.grpo`,
+the default) or PPO with a value head (`rl_finetune.ppo`); both share the rollout collection and the
+clipped update with a KL to the BC policy (`rl_finetune.flow_policy_gradient`). Every
 `eval.every` iterations the policy is evaluated in imagination and in the simulator from the same held-out
 starts; imagined and simulated success are logged side by side. When their difference moves by more than
 `eval.max_gap` from the BC policy's (the world model's own bias), the policy is exploiting the world
@@ -35,9 +38,11 @@ from common.checkpoint import (
 )
 from data.dataset import DatasetConfig, EpisodeDataset
 from rl_finetune import initial_states
+from rl_finetune.flow_policy_gradient import FlowPolicyTrainer
 from rl_finetune.grpo import GRPOConfig, GRPOTrainer
 from rl_finetune.imagination_eval import check_cameras, evaluate_in_imagination
 from rl_finetune.policy_ranking import sim_starts
+from rl_finetune.ppo import PPOConfig, PPOTrainer
 from rl_finetune.sim_steps import count_sim_steps
 from vla.factory import load_policy
 from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
@@ -83,7 +88,9 @@ class FinetunePolicyConfig:
     )
     keep_checkpoints: int = 2
     env: WorldModelEnvConfig = field(default_factory=WorldModelEnvConfig)
+    algorithm: str = "grpo"  # grpo (group-relative baseline) | ppo (value head + GAE); see rl_finetune/
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
     starts: StartsConfig = field(default_factory=StartsConfig)
     eval: FinetuneEvalConfig = field(default_factory=FinetuneEvalConfig)
 
@@ -98,8 +105,26 @@ class FinetunePolicyConfig:
             raise ValueError("starts.source=dataset needs starts.dataset_root")
         if self.iterations < 1 or self.eval.every < 1 or self.eval.episodes < 1:
             raise ValueError("iterations, eval.every and eval.episodes must be >= 1")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm={self.algorithm!r}; expected one of {sorted(ALGORITHMS)}")
         self.env.validate()
-        self.grpo.validate()
+        self.algorithm_config.validate()
+
+    @property
+    def algorithm_config(self) -> GRPOConfig | PPOConfig:
+        return getattr(self, self.algorithm)
+
+    @property
+    def episodes_per_iteration(self) -> int:
+        c = self.algorithm_config
+        return c.starts_per_iteration * (c.group_size if self.algorithm == "grpo" else c.rollouts_per_start)
+
+
+ALGORITHMS = {"grpo": GRPOTrainer, "ppo": PPOTrainer}
+
+
+def make_trainer(cfg: FinetunePolicyConfig, policy, env: WorldModelEnv) -> FlowPolicyTrainer:
+    return ALGORITHMS[cfg.algorithm](policy, env, cfg.algorithm_config, seed=cfg.seed)
 
 
 def training_starts(cfg: FinetunePolicyConfig, env: WorldModelEnv) -> InitialStates:
@@ -133,7 +158,7 @@ def evaluate(policy, env: WorldModelEnv, starts: InitialStates, cfg: FinetuneEva
     }
 
 
-def save_checkpoint(out: Path, trainer: GRPOTrainer, loop_state: dict, keep: int) -> None:
+def save_checkpoint(out: Path, trainer: FlowPolicyTrainer, loop_state: dict, keep: int) -> None:
     """checkpoints/<iteration>/: the policy (pretrained layout), optimiser state, loop state (RNG, logs)."""
     with atomic_directory(out / "checkpoints" / f"{trainer.iteration:06d}") as tmp:
         trainer.policy.save_pretrained(tmp / "pretrained_model")
@@ -143,7 +168,7 @@ def save_checkpoint(out: Path, trainer: GRPOTrainer, loop_state: dict, keep: int
         shutil.rmtree(old)
 
 
-def resume_from(out: Path, trainer: GRPOTrainer) -> dict:
+def resume_from(out: Path, trainer: FlowPolicyTrainer) -> dict:
     """Load the last checkpoint into `trainer` (whose BC reference is already set); returns the loop state."""
     checkpoints = sorted((out / "checkpoints").glob("[0-9]*")) if (out / "checkpoints").is_dir() else []
     if not checkpoints:
@@ -169,7 +194,7 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         )
     pool = training_starts(cfg, env)
     held_out = sim_starts(env, cfg.eval.sim, cfg.eval.episodes, cfg.eval.seed)
-    trainer = GRPOTrainer(policy, env, cfg.grpo, seed=cfg.seed)
+    trainer = make_trainer(cfg, policy, env)
     rng = np.random.default_rng(cfg.seed)
     history, evaluations = [], []
     train_sim_steps = 0
@@ -200,8 +225,10 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         run_eval(0)
     metrics = open(out / "metrics.jsonl", "w")
     metrics.writelines(json.dumps(h) + "\n" for h in history)
-    for it in tqdm(range(trainer.iteration + 1, cfg.iterations + 1), desc="GRPO in imagination"):
-        index = rng.choice(pool.batch_size, size=cfg.grpo.starts_per_iteration, replace=False).tolist()
+    desc = f"{trainer.algorithm} in imagination"
+    starts_per_iteration = cfg.algorithm_config.starts_per_iteration
+    for it in tqdm(range(trainer.iteration + 1, cfg.iterations + 1), desc=desc):
+        index = rng.choice(pool.batch_size, size=starts_per_iteration, replace=False).tolist()
         with count_sim_steps() as counter:
             logs = trainer.step(pool.select(index))
         train_sim_steps += counter.steps
@@ -239,9 +266,8 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         "iterations_run": len(history),
         "train_sim_steps": train_sim_steps,
         "eval_sim_steps": sum(e["sim_steps"] for e in evaluations),
-        "imagined_env_steps_per_iteration": cfg.grpo.starts_per_iteration
-        * cfg.grpo.group_size
-        * cfg.env.horizon,
+        "algorithm": cfg.algorithm,
+        "imagined_env_steps_per_iteration": cfg.episodes_per_iteration * cfg.env.horizon,
         "wall_seconds": time.perf_counter() - t0,
         "stopped": stopped,
         "before": evaluations[0],
@@ -250,11 +276,13 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         "config": asdict(cfg),
     }
     save_json(summary, out / "summary.json")
-    plot_learning_curve(history, evaluations, out / "learning_curve.png")
+    plot_learning_curve(history, evaluations, out / "learning_curve.png", trainer.algorithm)
     return summary
 
 
-def plot_learning_curve(history: list[dict], evaluations: list[dict], path: Path) -> None:
+def plot_learning_curve(
+    history: list[dict], evaluations: list[dict], path: Path, algorithm: str = "GRPO"
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -277,7 +305,7 @@ def plot_learning_curve(history: list[dict], evaluations: list[dict], path: Path
             capsize=3,
             label=label,
         )
-    ax.set_xlabel("GRPO iteration (imagination only)")
+    ax.set_xlabel(f"{algorithm} iteration (imagination only)")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=7)
