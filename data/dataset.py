@@ -21,11 +21,12 @@ import torch
 from tqdm import tqdm
 
 from data.features import ACTION, DONE, IMAGE_PREFIX, REWARD, STATE, SUCCESS, camera_of, image_key
+from data.images import check_resize_mode, resize_frames
 
 # Files lerobot would otherwise try to download from the hub when they are missing.
 _REQUIRED_META_FILES = ("meta/info.json", "meta/tasks.parquet", "meta/episodes")
 _FLOAT_DTYPES = ("float32", "float64", "float16")
-_DECODE_ROWS = 512  # image rows decoded per step when filling the cache
+_DECODE_ROWS = 256  # image rows (or video frames) decoded per step when filling the cache
 
 
 class DatasetError(ValueError):
@@ -37,7 +38,10 @@ class DatasetConfig:
     root: str = ""  # local LeRobotDataset v3 directory (the one holding meta/ and data/)
     repo_id: str = ""  # a name only (never fetched); "" -> "local/<root folder name>"
     cameras: list[str] = field(default_factory=list)  # [] -> the dataset's first camera
-    image_size: list[int] = field(default_factory=list)  # [H, W] every chosen camera must have; [] -> any
+    image_size: list[int] = field(default_factory=list)  # [H, W] frames are served at; [] -> the cameras' own
+    # How a camera of another size than image_size gets there: "" (an error), "crop" (centre-crop to
+    # image_size's aspect ratio, then resize) or "stretch" (resize only). See data/images.py.
+    resize: str = ""
     state_dim: int = 0  # required size of observation.state; 0 -> any
     action_dim: int = 0  # required size of action; 0 -> any
     require_rewards: bool = False  # False: missing next.reward/success/done are filled (see FrameTable)
@@ -174,26 +178,42 @@ class EpisodeDataset:
                     f"dataset {self.root}: camera {cam!r} not found (feature {image_key(cam)!r} is missing); "
                     f"cameras in this dataset: {available}"
                 )
-        sizes = {cam: _image_hw(self.root, image_key(cam), features[image_key(cam)]) for cam in self.cameras}
-        if cfg.image_size and len(cfg.image_size) != 2:
-            raise DatasetError(f"DatasetConfig.image_size must be [H, W], got {cfg.image_size}")
-        for cam, hw in sizes.items():
-            if cfg.image_size and hw != tuple(cfg.image_size):
-                raise DatasetError(
-                    f"dataset {self.root}: camera {cam!r} is {hw[0]}x{hw[1]}, "
-                    f"expected {cfg.image_size[0]}x{cfg.image_size[1]} (DatasetConfig.image_size)"
-                )
-        if len(set(sizes.values())) > 1:
-            raise DatasetError(
-                f"dataset {self.root}: chosen cameras differ in size {sizes}; pick same-size ones"
-            )
-        self.image_size: tuple[int, int] = next(iter(sizes.values()))
+        # The size each camera is stored at; frames are served at self.image_size.
+        self.source_sizes = {
+            cam: _image_hw(self.root, image_key(cam), features[image_key(cam)]) for cam in self.cameras
+        }
+        self.image_size: tuple[int, int] = self._served_size(self.source_sizes)
         self.state_dim = _vector_dim(self.root, STATE, features.get(STATE), cfg.state_dim)
         self.action_dim = _vector_dim(self.root, ACTION, features.get(ACTION), cfg.action_dim)
         missing_rewards = [k for k in (REWARD, SUCCESS, DONE) if k not in features]
         if cfg.require_rewards and missing_rewards:
             raise DatasetError(f"dataset {self.root}: required features {missing_rewards} are missing")
         self.reward_keys = [k for k in (REWARD, SUCCESS, DONE) if k in features]
+
+    def _served_size(self, sizes: dict[str, tuple[int, int]]) -> tuple[int, int]:
+        cfg = self.cfg
+        try:
+            check_resize_mode(cfg.resize)
+        except ValueError as e:
+            raise DatasetError(str(e)) from e
+        if cfg.image_size and (len(cfg.image_size) != 2 or min(cfg.image_size) < 1):
+            raise DatasetError(f"DatasetConfig.image_size must be [H, W] (positive), got {cfg.image_size}")
+        if not cfg.image_size:
+            if len(set(sizes.values())) > 1:
+                raise DatasetError(
+                    f"dataset {self.root}: chosen cameras differ in size {sizes}; pick same-size ones or "
+                    "set dataset.image_size and dataset.resize (crop | stretch)"
+                )
+            return next(iter(sizes.values()))
+        target = (int(cfg.image_size[0]), int(cfg.image_size[1]))
+        for cam, hw in sizes.items():
+            if hw != target and not cfg.resize:
+                raise DatasetError(
+                    f"dataset {self.root}: camera {cam!r} is {hw[0]}x{hw[1]}, expected {target[0]}x{target[1]} "
+                    f"(DatasetConfig.image_size, the model's size; feature {image_key(cam)!r}): set "
+                    "dataset.resize=crop (keeps the aspect ratio) or dataset.resize=stretch to resize it"
+                )
+        return target
 
     def _read_metadata(self):
         """lerobot's metadata object, after checking every file it points to is on disk."""
@@ -316,37 +336,49 @@ class EpisodeDataset:
 
     def _decode_camera(self, cam: str, cols: dict, rows: dict[int, tuple[int, int]]) -> torch.Tensor:
         key = image_key(cam)
-        h, w = self.image_size
-        out = torch.empty((len(cols["index"]), 3, h, w), dtype=torch.uint8)
+        out = torch.empty((len(cols["index"]), 3, *self.image_size), dtype=torch.uint8)
         if key in self.meta.video_keys:
-            self._decode_video(key, cols["timestamp"].reshape(-1), rows, out)
+            self._decode_video(cam, cols["timestamp"].reshape(-1), rows, out)
             return out
+        h, w = self.source_sizes[cam]
         hf = self.lerobot.hf_dataset.select_columns([key]).with_format("numpy")
         for a in tqdm(range(0, len(hf), _DECODE_ROWS), desc=f"decoding {key}", leave=False):
             images = hf[a : a + _DECODE_ROWS][key]
             shapes = {img.shape for img in images}
             if shapes != {(h, w, 3)}:
                 raise DatasetError(
-                    f"dataset {self.root}: {key!r} frames are {shapes}, expected ({h}, {w}, 3)"
+                    f"dataset {self.root}: {key!r} frames are {shapes}, expected ({h}, {w}, 3) "
+                    "(the shape meta/info.json declares)"
                 )
-            out[a : a + len(images)] = torch.from_numpy(np.stack(list(images))).permute(0, 3, 1, 2)
+            frames = torch.from_numpy(np.stack(list(images))).permute(0, 3, 1, 2)
+            out[a : a + len(images)] = self.resize(frames)
         return out
 
-    def _decode_video(self, key: str, timestamps: np.ndarray, rows: dict, out: torch.Tensor) -> None:
+    def resize(self, frames: torch.Tensor) -> torch.Tensor:
+        """Frames [..., 3, H, W] read from this dataset (uint8 or float) at the served `image_size`."""
+        return resize_frames(frames, self.image_size, self.cfg.resize)
+
+    def _decode_video(self, cam: str, timestamps: np.ndarray, rows: dict, out: torch.Tensor) -> None:
         from lerobot.datasets.video_utils import decode_video_frames
 
+        key = image_key(cam)
+        source = (3, *self.source_sizes[cam])
         for ep, (a, b) in tqdm(rows.items(), desc=f"decoding {key}", leave=False):
             # An episode's frames sit in a shared mp4 starting at from_timestamp (lerobot v3 layout).
             offset = float(self.meta.episodes[ep][f"videos/{key}/from_timestamp"])
-            frames = decode_video_frames(
-                self.root / self.meta.get_video_file_path(ep, key),
-                [offset + float(t) for t in timestamps[a:b]],
-                self.lerobot.tolerance_s,
-                self.lerobot.video_backend,
-            )
-            if tuple(frames.shape) != (b - a, *out.shape[1:]):
-                raise DatasetError(
-                    f"dataset {self.root}: {key!r} episode {ep} decoded to {tuple(frames.shape)}, "
-                    f"expected {(b - a, *out.shape[1:])}"
+            path = self.root / self.meta.get_video_file_path(ep, key)
+            # In slices: a long episode of 480x640 float frames would not fit in memory at once.
+            for s in range(a, b, _DECODE_ROWS):
+                e = min(s + _DECODE_ROWS, b)
+                frames = decode_video_frames(
+                    path,
+                    [offset + float(t) for t in timestamps[s:e]],
+                    self.lerobot.tolerance_s,
+                    self.lerobot.video_backend,
                 )
-            out[a:b] = (frames * 255).round().to(torch.uint8)
+                if tuple(frames.shape) != (e - s, *source):
+                    raise DatasetError(
+                        f"dataset {self.root}: {key!r} episode {ep} ({path}) decoded to "
+                        f"{tuple(frames.shape)}, expected {(e - s, *source)} (the shape meta/info.json declares)"
+                    )
+                out[s:e] = self.resize((frames * 255).round().to(torch.uint8))

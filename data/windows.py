@@ -100,7 +100,7 @@ class WorldModelWindows(Dataset):
             SUCCESS: torch.zeros(n, dtype=torch.bool),
             DONE: torch.arange(start, start + n) == last,
         }
-        frames = torch.stack([item[image_key(c)] for c in self.dataset.cameras], dim=1)
+        frames = torch.stack([self.dataset.resize(item[image_key(c)]) for c in self.dataset.cameras], dim=1)
         return {
             "frames": _to_uint8(frames),
             "actions": item[ACTION],
@@ -159,7 +159,9 @@ class PolicySamples(Dataset):
             item["frame_index"] = int(t.frame_index[index])
         else:
             raw = self.lerobot[index]
-            for key in [image_key(c) for c in self.dataset.cameras] + [STATE, ACTION, "action_is_pad", TASK]:
+            for c in self.dataset.cameras:
+                item[image_key(c)] = self.dataset.resize(raw[image_key(c)])
+            for key in [STATE, ACTION, "action_is_pad", TASK]:
                 item[key] = raw[key]
             item["frame_index"] = int(raw["frame_index"])
         return item
