@@ -38,6 +38,7 @@ from common.checkpoint import (
 )
 from data.dataset import DatasetConfig, EpisodeDataset
 from rl_finetune import initial_states
+from rl_finetune.closed_loop_config import LoopConfig
 from rl_finetune.flow_policy_gradient import FlowPolicyTrainer
 from rl_finetune.grpo import GRPOConfig, GRPOTrainer
 from rl_finetune.imagination_eval import check_cameras, evaluate_in_imagination
@@ -93,6 +94,9 @@ class FinetunePolicyConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     starts: StartsConfig = field(default_factory=StartsConfig)
     eval: FinetuneEvalConfig = field(default_factory=FinetuneEvalConfig)
+    # The policy the KL trust region anchors to; "" -> the policy being fine-tuned, as loaded.
+    reference_policy: str = ""
+    loop: LoopConfig = field(default_factory=LoopConfig)  # --loop.rounds=N: the closed loop (closed_loop.py)
 
     def validate(self) -> None:
         if not self.policy.path:
@@ -109,6 +113,7 @@ class FinetunePolicyConfig:
             raise ValueError(f"algorithm={self.algorithm!r}; expected one of {sorted(ALGORITHMS)}")
         self.env.validate()
         self.algorithm_config.validate()
+        self.loop.validate()
 
     @property
     def algorithm_config(self) -> GRPOConfig | PPOConfig:
@@ -124,7 +129,10 @@ ALGORITHMS = {"grpo": GRPOTrainer, "ppo": PPOTrainer}
 
 
 def make_trainer(cfg: FinetunePolicyConfig, policy, env: WorldModelEnv) -> FlowPolicyTrainer:
-    return ALGORITHMS[cfg.algorithm](policy, env, cfg.algorithm_config, seed=cfg.seed)
+    trainer = ALGORITHMS[cfg.algorithm](policy, env, cfg.algorithm_config, seed=cfg.seed)
+    if cfg.reference_policy:
+        load_model_weights(trainer.reference, Path(cfg.reference_policy) / "model.safetensors")
+    return trainer
 
 
 def training_starts(cfg: FinetunePolicyConfig, env: WorldModelEnv) -> InitialStates:

@@ -1,0 +1,45 @@
+"""Settings of the closed loop (`finetune_policy.py --loop.rounds=N`), apart from the loop's code
+(`rl_finetune.closed_loop`) so that the fine-tuning config can hold them without importing the loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.training import TrainLoopConfig
+
+
+def _world_model_train() -> TrainLoopConfig:
+    # A short fine-tune from the current weights: little warmup, no checkpoints between, no tracker.
+    return TrainLoopConfig(
+        steps=200, batch_size=16, lr=1e-4, warmup_steps=10, ema_decay=0.99, checkpoint_every=10_000,
+        keep_checkpoints=1, log_every=20, report_to="none",
+    )  # fmt: skip
+
+
+@dataclass
+class LoopConfig:
+    # 0: fine-tune the policy once (no loop). N >= 1: N rounds of (a) run the current policy in the sim for
+    # `episodes` episodes and record them, (b) add them to the world model's data, (c) fine-tune the world
+    # model on the grown data, (d) fine-tune the policy in imagination in the new world model.
+    rounds: int = 0
+    # The world model's training data (LeRobotDataset v3). It is never modified: each round writes the
+    # grown copy to <output_dir>/round_<r>/dataset.
+    dataset_root: str = ""
+    episodes: int = 20  # sim episodes of the current policy recorded per round (failures included)
+    seed: int = 300_000  # sim seeds of the recorded episodes: seed + (r - 1) * episodes + i in round r
+    terminate_on_success: bool = False  # end recorded episodes at success (match the world model's data)
+    window: int = 6  # frames per world-model training window (as train_world_model.py's `window`)
+    held_out_fraction: float = 0.1  # episodes the world-model fine-tune never trains on
+    world_model_train: TrainLoopConfig = field(default_factory=_world_model_train)
+    # The KL trust region of every round's policy fine-tune is to the original BC policy (true), or to
+    # the policy the round starts from (false).
+    kl_to_original_bc: bool = True
+
+    def validate(self) -> None:
+        if self.rounds < 0 or self.episodes < 1 or self.window < 2:
+            raise ValueError(
+                f"loop: need rounds >= 0, episodes >= 1, window >= 2; got {self.rounds}, {self.episodes}, "
+                f"{self.window}"
+            )
+        if self.rounds and not self.dataset_root:
+            raise ValueError("loop.rounds > 0 needs loop.dataset_root: the world model's training data")

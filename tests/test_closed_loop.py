@@ -1,0 +1,117 @@
+"""The closed loop on tiny models: the policy's sim episodes are recorded and appended to the world model's
+data, the world model is fine-tuned on the grown data, the policy again in imagination; two rounds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from imagination_fixtures import tiny_policy, tiny_world_model
+
+from common.training import TrainLoopConfig
+from data.actor_recording import grow_dataset, record_actor_episodes
+from data.recording import RecordingConfig, record_demos
+from rl_finetune.closed_loop import run_closed_loop
+from rl_finetune.closed_loop_config import LoopConfig
+from rl_finetune.grpo import GRPOConfig
+from rl_finetune.policy_finetune import FinetuneEvalConfig, FinetunePolicyConfig, PolicyPath, StartsConfig
+from sim.experts import ScriptedExpert
+from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
+from vla.sim_evaluation import SimEvalConfig
+from world_model.model import WorldModel
+from world_model.world_model_env import WorldModelEnvConfig
+
+STEPS = 4  # frames per episode (sim and imagination)
+
+
+def _base_dataset(root, episodes=4):
+    cfg = RecordingConfig(
+        root=str(root), task="reach", episodes=episodes, skill_range=[0.0, 1.0], image_size=16,
+        cameras=["front"], max_steps=STEPS, terminate_on_success=False, image_writer_threads=0,
+    )  # fmt: skip
+    return record_demos(cfg)
+
+
+def _config(tmp_path, rounds=2):
+    wm, policy = tmp_path / "wm", tmp_path / "policy"
+    tiny_world_model().save_pretrained(wm)
+    tiny_policy().save_pretrained(policy)
+    train = TrainLoopConfig(steps=3, batch_size=2, warmup_steps=1, lr=1e-3, ema_decay=0.0, report_to="none")
+    return FinetunePolicyConfig(
+        policy=PolicyPath(str(policy)), world_model=str(wm), output_dir=str(tmp_path / "loop"), iterations=1,
+        env=WorldModelEnvConfig(horizon=STEPS),
+        grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
+        starts=StartsConfig(count=3, seed=0),
+        eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, max_gap=1.0,
+                                sim=SimEvalConfig(task="reach", max_steps=STEPS, batch_envs=2, videos=0)),
+        loop=LoopConfig(rounds=rounds, dataset_root=str(_base_dataset(tmp_path / "data")), episodes=2, seed=1000,
+                        window=3, world_model_train=train),
+    )  # fmt: skip
+
+
+@pytest.mark.slow  # two full rounds (record, aggregate, world-model and policy fine-tune, sim evaluation)
+def test_two_round_loop_grows_the_data_and_changes_the_world_model(tmp_path):
+    cfg = _config(tmp_path)
+    result = run_closed_loop(cfg)
+    out = tmp_path / "loop"
+    rounds = result["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2]
+    # The data grows by the recorded episodes each round; failures are kept.
+    assert result["initial"]["dataset"]["episodes"] == 4
+    assert [r["dataset"]["episodes"] for r in rounds] == [6, 8]
+    assert [r["dataset"]["frames"] for r in rounds] == [6 * STEPS, 8 * STEPS]
+    assert [r["recorded"]["seeds"] for r in rounds] == [[1000, 1001], [1002, 1003]]
+    # Sim steps: recording steps the sim once per recorded frame, training never.
+    assert all(r["recorded"]["sim_steps"] == r["recorded"]["frames"] == 2 * STEPS for r in rounds)
+    assert result["sim_steps"]["training"] == 0 and result["sim_steps"]["evaluation"] > 0
+    assert all(r["world_model"]["sim_steps"] == 0 and r["policy"]["train_sim_steps"] == 0 for r in rounds)
+    # The world model was fine-tuned from its weights, round after round.
+    first = WorldModel.from_pretrained(cfg.world_model).state_dict()
+    last = WorldModel.from_pretrained(result["final"]["world_model"]).state_dict()
+    assert any(not torch.equal(first[k], last[k]) for k in first)
+    assert result["final"]["world_model"] == str(out / "round_2" / "world_model" / "pretrained_model")
+    # Round 2 starts from round 1's policy and world model.
+    assert rounds[1]["policy"]["path"] == str(out / "round_2" / "policy" / "pretrained_model")
+    saved = json.loads((out / "round_2" / "policy" / "summary.json").read_text())
+    assert saved["policy"] == str(out / "round_1" / "policy" / "pretrained_model")
+    assert saved["world_model"] == str(out / "round_2" / "world_model" / "pretrained_model")
+    # Per-round JSON and the plot.
+    assert json.loads((out / "round_1" / "round.json").read_text())["round"] == 1
+    assert len(json.loads((out / "closed_loop.json").read_text())["rounds"]) == 2
+    assert (out / "closed_loop.png").stat().st_size > 0
+
+
+def test_loop_config_errors_name_the_field(tmp_path):
+    with pytest.raises(ValueError, match="loop.dataset_root"):
+        LoopConfig(rounds=1).validate()
+    cfg = _config(tmp_path, rounds=1)
+    cfg.loop.seed = 99  # episodes 99, 100 overlap the evaluation seeds 100, 101
+    with pytest.raises(ValueError, match="overlap the eval seeds"):
+        run_closed_loop(cfg)
+
+
+def test_recorded_episodes_keep_failures_and_grow_only_compatible_data(tmp_path):
+    env_cfg = TabletopEnvConfig(task="reach", image_size=16, cameras=("front",), max_steps=STEPS,
+                                terminate_on_success=False)  # fmt: skip
+    env = TabletopEnv(env_cfg)
+    try:
+        episodes = record_actor_episodes(env, ScriptedExpert(env), tmp_path / "a", [0, 1])
+    finally:
+        env.close()
+    assert [e["length"] for e in episodes] == [STEPS, STEPS]
+    meta = json.loads((tmp_path / "a" / "meta" / "recording.json").read_text())
+    assert meta["complete"] and [e["seed"] for e in meta["episodes"]] == [0, 1]
+    assert all(isinstance(e["success"], bool) for e in meta["episodes"])
+    grown = grow_dataset([tmp_path / "a", tmp_path / "a"], tmp_path / "twice")
+    from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+
+    assert LeRobotDatasetMetadata("local/twice", root=grown).total_episodes == 4
+    other = _base_dataset(tmp_path / "front", episodes=1)  # front only; the next one adds a wrist camera
+    cfg = RecordingConfig(root=str(tmp_path / "both"), task="reach", episodes=1, image_size=16,
+                          cameras=["front", "wrist"], max_steps=STEPS, image_writer_threads=0)  # fmt: skip
+    both = record_demos(cfg)
+    with pytest.raises(ValueError, match="observation.images.wrist"):
+        grow_dataset([other, both], tmp_path / "mixed")
+    with pytest.raises(FileExistsError):
+        grow_dataset([tmp_path / "a"], grown)
