@@ -26,7 +26,7 @@ from data.images import check_resize_mode, resize_frames
 # Files lerobot would otherwise try to download from the hub when they are missing.
 _REQUIRED_META_FILES = ("meta/info.json", "meta/tasks.parquet", "meta/episodes")
 _FLOAT_DTYPES = ("float32", "float64", "float16")
-_DECODE_ROWS = 256  # image rows (or video frames) decoded per step when filling the cache
+_DECODE_ROWS = 128  # image rows (or video frames) decoded per step when filling the cache
 
 
 class DatasetError(ValueError):
@@ -381,4 +381,4 @@ class EpisodeDataset:
                         f"dataset {self.root}: {key!r} episode {ep} ({path}) decoded to "
                         f"{tuple(frames.shape)}, expected {(e - s, *source)} (the shape meta/info.json declares)"
                     )
-                out[s:e] = self.resize((frames * 255).round().to(torch.uint8))
+                out[s:e] = (self.resize(frames) * 255).round().to(torch.uint8)

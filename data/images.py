@@ -52,11 +52,14 @@ def resize_frames(frames: torch.Tensor, size: tuple[int, int], mode: str) -> tor
     lead = frames.shape[:-3]
     flat = frames.reshape(-1, *frames.shape[-3:])
     out = torch.empty((flat.shape[0], flat.shape[1], *size), dtype=frames.dtype)
+    is_uint8 = frames.dtype == torch.uint8
     for a in range(0, flat.shape[0], _RESIZE_BATCH):
-        chunk = flat[a : a + _RESIZE_BATCH].float()
+        # uint8 goes through [0, 1] floats like lerobot's own decoding, so a cached (uint8) frame and the
+        # same frame read through lerobot's __getitem__ (float) resize to identical values.
+        chunk = flat[a : a + _RESIZE_BATCH].float() / 255 if is_uint8 else flat[a : a + _RESIZE_BATCH].float()
         resized = F.interpolate(chunk, size=size, mode="bilinear", antialias=True, align_corners=False)
-        if frames.dtype == torch.uint8:
-            out[a : a + _RESIZE_BATCH] = resized.round().clamp(0, 255).to(torch.uint8)
-        else:
-            out[a : a + _RESIZE_BATCH] = resized.clamp(0, 1).to(frames.dtype)
+        resized = resized.clamp(0, 1)
+        out[a : a + _RESIZE_BATCH] = (
+            (resized * 255).round().to(torch.uint8) if is_uint8 else resized.to(frames.dtype)
+        )
     return out.reshape(*lead, *out.shape[-3:])
