@@ -185,3 +185,30 @@ def test_policy_trains_on_it_with_overrides_only(own_root, tmp_path):
     batch = {image_key(c): torch.rand(1, 3, 32, 48) for c in CAMERAS}
     batch |= {STATE: torch.zeros(1, 6), TASK: ["pick up the cube"]}
     assert policy.predict_action_chunk(batch).shape == (1, policy.chunk_size, 6)
+
+
+@pytest.mark.slow
+def test_video_encoded_cameras_are_resized_the_same_on_both_read_paths(tmp_path):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    features = lerobot_features(SO101_JOINTS, ("laptop",), SOURCE)
+    features[image_key("laptop")]["dtype"] = "video"
+    for key in (REWARD, SUCCESS, DONE):
+        del features[key]
+    ds = LeRobotDataset.create("someone/so101_video", fps=FPS, features=features, root=tmp_path / "v")
+    for t in range(8):
+        frame = {image_key("laptop"): own_image(0, 20 * t), STATE: np.zeros(6, np.float32)}
+        ds.add_frame(frame | {ACTION: np.zeros(6, np.float32), TASK: "pick up the cube"})
+    ds.save_episode()
+    ds.finalize()
+    cfg = DatasetConfig(root=str(tmp_path / "v"), cameras=["laptop"], image_size=[32, 32], resize="crop")
+    dataset = EpisodeDataset(cfg)
+    assert dataset.meta.video_keys == [image_key("laptop")]
+    table = dataset.frame_table()
+    # Lossy codec: the frame index (x20) in channel 0 survives only approximately; the bands are cropped.
+    centre = table.images["laptop"][:, 0, 8:24, 8:24].float().mean((1, 2))
+    assert (centre - 20 * torch.arange(8)).abs().max() < 8 and table.images["laptop"][:, 1].float().mean() < 8
+    cached = WorldModelWindows(dataset, context=2, horizon=1, cache=True)
+    direct = WorldModelWindows(dataset, context=2, horizon=1, cache=False)
+    for i in range(len(cached)):
+        assert torch.equal(cached[i]["frames"], direct[i]["frames"])
