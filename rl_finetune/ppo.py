@@ -47,7 +47,7 @@ class PPOConfig:
     gae_lambda: float = 0.95
     value_lr: float = 1.0e-3
     value_hidden: int = 128
-    value_clip: float = 0.2  # clip of the value change per update (as PPO2); 0 disables
+    value_clip: float = 0.0  # > 0: clip the value's change per iteration (as PPO2; often no help); 0: off
     normalize_advantages: bool = True
 
     def validate(self) -> None:
