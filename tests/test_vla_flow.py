@@ -225,3 +225,61 @@ def test_resnet18_backbone_reads_local_weights(tmp_path):
     assert torch.isfinite(loss)
     with pytest.raises(ValueError, match="backbone_weights"):
         FlowVLAPolicy(tiny_config(vision=VisionConfig(backbone="resnet18")), STATS)
+
+
+def test_film_makes_image_features_depend_on_the_condition():
+    from vla.flow_vla.vision_encoder import ImageTokenizer
+
+    torch.manual_seed(0)
+    images = [torch.rand(2, 3, 16, 16)]
+    plain = ImageTokenizer(VisionConfig(channels=(8, 16)), 1, (16, 16), 32)
+    with pytest.raises(ValueError, match="film"):
+        plain(images, torch.randn(2, 32))
+    film = ImageTokenizer(VisionConfig(channels=(8, 16), film=True), 1, (16, 16), 32)
+    film.load_state_dict(plain.state_dict(), strict=False)
+    # Zero-initialised modulation: before training it is the unconditioned encoder.
+    assert torch.allclose(film(images, torch.randn(2, 32)), plain(images), atol=1e-6)
+    torch.nn.init.normal_(film.film.weight, std=0.5)
+    a, b = torch.randn(2, 2, 32)
+    assert (film(images, a) - film(images, b)).abs().max() > 1e-2
+    with pytest.raises(ValueError, match="film"):
+        film(images)
+
+
+def test_film_policy_trains_and_round_trips(tmp_path):
+    torch.manual_seed(0)
+    policy = FlowVLAPolicy(tiny_config(vision=VisionConfig(channels=(8, 16), film=True)), STATS)
+    loss, _ = policy(make_batch(2))
+    loss.backward()
+    policy.save_pretrained(tmp_path / "ckpt")
+    loaded = FlowVLAPolicy.from_pretrained(tmp_path / "ckpt")
+    assert loaded.config.vision.film
+    batch = make_batch(2)
+    a = policy.eval().predict_action_chunk(batch, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, loaded.predict_action_chunk(batch, generator=torch.Generator().manual_seed(1)))
+
+
+def test_film_needs_the_conv_backbone():
+    with pytest.raises(ValueError, match="film"):
+        tiny_config(vision=VisionConfig(backbone="resnet18", backbone_weights="w.pth", film=True))
+
+
+def test_random_shift_translates_each_image_within_the_pad():
+    from vla.flow_vla.vision_encoder import random_shift
+
+    images = torch.rand(6, 3, 12, 12)
+    assert torch.equal(random_shift(images, 0), images)
+    torch.manual_seed(0)
+    shifted = random_shift(images, 2)
+    assert shifted.shape == images.shape
+    for img, out in zip(images, shifted):
+        # The centre 8x8 of the output is the input's 8x8 block at one offset in [0, 4]^2.
+        matches = [
+            (dy, dx)
+            for dy in range(5)
+            for dx in range(5)
+            if torch.equal(out[:, 2:10, 2:10], img[:, dy : dy + 8, dx : dx + 8])
+        ]
+        assert matches, "the output is not a translated copy of the input"
+    with pytest.raises(ValueError, match="augment_shift"):
+        tiny_config(augment_shift=-1)

@@ -16,6 +16,9 @@ class VisionConfig:
     channels: tuple[int, ...] = (16, 32, 64, 128)  # one stride-2 stage each: 64x64 -> 4x4 tokens
     backbone_weights: str | None = None
     freeze_backbone: bool = False
+    # conv only: scale and shift every stage's features by the instruction (FiLM), so the image features
+    # can single out the named object. Without it the tiny policy on reach mostly went to a wrong cube.
+    film: bool = False
 
 
 @dataclass
@@ -46,6 +49,9 @@ class FlowVLAConfig:
     obs_layers: int = 2  # transformer layers fusing image, language and state tokens
     action_layers: int = 3  # action-expert layers: self-attention over the chunk + cross-attention to obs
     dropout: float = 0.0
+    # Training only: each image is shifted by up to this many pixels (edge-padded random crop, as DrQ), so
+    # the small image encoder does not memorise the few hundred demo layouts. 0 disables it.
+    augment_shift: int = 0
 
     # Flow matching: t ~ 1 - Beta(alpha, 1) puts more training weight on the noisy end (as pi0).
     time_beta_alpha: float = 1.5
@@ -67,6 +73,10 @@ class FlowVLAConfig:
             raise ValueError(
                 f"FlowVLAConfig.vision.backbone: expected 'conv' or 'resnet18', got {self.vision.backbone!r}"
             )
+        if self.augment_shift < 0:
+            raise ValueError(f"FlowVLAConfig.augment_shift must be >= 0 pixels, got {self.augment_shift}")
+        if self.vision.film and self.vision.backbone != "conv":
+            raise ValueError("FlowVLAConfig.vision.film: FiLM conditioning needs the 'conv' backbone")
         if self.language.encoder not in ("hash", "minilm"):
             raise ValueError(
                 f"FlowVLAConfig.language.encoder: expected 'hash' or 'minilm', got {self.language.encoder!r}"

@@ -19,7 +19,7 @@ from data.stats import Stats
 from vla.flow_vla import flow_matching
 from vla.flow_vla.configuration_flow_vla import FlowVLAConfig
 from vla.flow_vla.language_encoder import build_language_encoder
-from vla.flow_vla.vision_encoder import ImageTokenizer
+from vla.flow_vla.vision_encoder import ImageTokenizer, random_shift
 from vla.pretrained import PretrainedPolicy
 
 
@@ -49,8 +49,12 @@ class ObservationEncoder(nn.Module):
     def forward(
         self, images: list[torch.Tensor], texts: list[str], state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        image_tokens = self.images(images) + self.kind[0]
         text_tokens, text_pad = self.language(texts, state.device)
+        condition = None
+        if self.images.film is not None:
+            keep = (~text_pad).unsqueeze(-1).to(text_tokens.dtype)
+            condition = (text_tokens * keep).sum(1) / keep.sum(1).clamp(min=1)  # mean over the words
+        image_tokens = self.images(images, condition) + self.kind[0]
         text_tokens = text_tokens + self.kind[1]
         state_token = self.state(state)[:, None] + self.kind[2]
         tokens = torch.cat([image_tokens, text_tokens, state_token], dim=1)
@@ -138,6 +142,11 @@ class FlowVLAPolicy(PretrainedPolicy):
                 f"{ACTION}: expected [B, {self.chunk_size}, {self.action_dim}], got {tuple(actions.shape)}"
             )
         target = self.normalizer.normalize(ACTION, actions.float())
+        if self.config.augment_shift:
+            batch = dict(batch)
+            for camera in self.config.cameras:
+                key = image_key(camera)
+                batch[key] = random_shift(batch[key], self.config.augment_shift)
         obs = self.encode_observation(batch)
         b = target.shape[0]
         alpha = torch.full((b,), self.config.time_beta_alpha, device=target.device)
