@@ -9,6 +9,14 @@ Backends: `sim` (the MuJoCo tabletop envs). The summary goes to `<output_dir>/su
 Backend `imagination` (rl_finetune.policy_ranking) runs the policy in a world model from the sim's initial
 states; `--rank a b ... --compare-sim` ranks several policies against the simulator (Pearson, Spearman, MMRV):
 python evaluate_policy.py --backend imagination --imagination.world_model=... --rank a b c --compare-sim
+
+Backend `lerobot_env` (vla.lerobot_env_evaluation) runs the policy in one of LeRobot's gym envs (or any
+gymnasium id) with the same summary, to compare with published LeRobot numbers:
+python evaluate_policy.py --backend lerobot_env --env.type=pusht --policy.path=<LeRobot pusht policy dir>
+
+`--policy.path` may also be a directory written by LeRobot's own save_pretrained (config.json: ACT,
+Diffusion, SmolVLA, pi0, ... with local weights; `--policy.type=lerobot`, detected from the files);
+`--policy.camera_map='{observation.images.top: front}'` feeds its image inputs from our cameras.
 """
 
 from __future__ import annotations
@@ -24,14 +32,17 @@ from common.config import ConfigError, parse_cli
 from rl_finetune.imagination_eval import ImaginationEvalConfig
 from rl_finetune.policy_ranking import fold_cli_args, run_imagination
 from vla.factory import load_policy
+from vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
 from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 
-BACKENDS = ("sim", "imagination")
+BACKENDS = ("sim", "imagination", "lerobot_env")
 
 
 @dataclass
 class PolicyPath:
     path: str = ""  # a pretrained policy directory (config.yaml, model.safetensors, stats.json)
+    type: str = ""  # "" reads it from the directory; "lerobot" for a directory LeRobot saved (config.json)
+    camera_map: dict[str, str] = field(default_factory=dict)  # LeRobot policies: image input -> our camera
 
 
 @dataclass
@@ -44,6 +55,7 @@ class EvaluatePolicyConfig:
     device: str = "cpu"
     sim: SimEvalConfig = field(default_factory=SimEvalConfig)
     imagination: ImaginationEvalConfig = field(default_factory=ImaginationEvalConfig)
+    env: LeRobotEnvEvalConfig = field(default_factory=LeRobotEnvEvalConfig)  # backend lerobot_env
     rank: list[str] = field(default_factory=list)  # several policy paths (backend imagination)
     compare_sim: bool = False  # imagination: also run the sim from the same starts and compare
 
@@ -56,9 +68,16 @@ def evaluate(cfg: EvaluatePolicyConfig) -> tuple[dict, Path]:
         raise ConfigError("backend imagination and --rank run through main() (rl_finetune.policy_ranking)")
     if not cfg.policy.path:
         raise ConfigError("--policy.path is required: a directory written by train_policy.py")
-    policy = load_policy(cfg.policy.path, cfg.device)
-    output_dir = Path(cfg.output_dir or Path(cfg.policy.path).parent / f"eval_{cfg.backend}_{cfg.sim.task}")
-    summary = evaluate_in_sim(policy, cfg.sim, cfg.episodes, cfg.seed, output_dir, cfg.device)
+    policy = load_policy(cfg.policy.path, cfg.device, cfg.policy.type, cfg.policy.camera_map)
+    if cfg.backend == "lerobot_env":
+        env_name = cfg.env.type or cfg.env.gym_id.replace("/", "_")
+        output_dir = Path(cfg.output_dir or Path(cfg.policy.path).parent / f"eval_{cfg.backend}_{env_name}")
+        summary = evaluate_in_lerobot_env(policy, cfg.env, cfg.episodes, cfg.seed, output_dir, cfg.device)
+    else:
+        output_dir = Path(
+            cfg.output_dir or Path(cfg.policy.path).parent / f"eval_{cfg.backend}_{cfg.sim.task}"
+        )
+        summary = evaluate_in_sim(policy, cfg.sim, cfg.episodes, cfg.seed, output_dir, cfg.device)
     summary["policy_path"] = str(cfg.policy.path)
     save_json(summary, output_dir / "summary.json")
     return summary, output_dir

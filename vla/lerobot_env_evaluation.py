@@ -1,0 +1,262 @@
+"""Closed-loop evaluation of a policy in LeRobot's own gym envs (gym-pusht, gym-aloha, ...) or any gymnasium
+env with image observations, summarised like the sim backend (success with a Wilson 95% interval, mean
+progress, videos) plus LeRobot's own episode metrics (max and summed reward), so that results can be set
+next to published LeRobot numbers.
+
+The env comes from a LeRobot env preset (`lerobot.envs.configs`, e.g. `pusht`: gym id, package, kwargs)
+or from a plain gymnasium id. Observation mapping: image observations (uint8 HxWx3; nested keys joined with
+'/', e.g. `pixels/top`) feed the policy's cameras, `state_key` feeds `observation.state`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from data.features import STATE, TASK, image_key
+from vla.policy import Policy
+from vla.sim_evaluation import wilson_interval
+
+
+@dataclass
+class LeRobotEnvEvalConfig:
+    type: str = "pusht"  # a LeRobot env preset (lerobot.envs.configs: pusht, aloha, ...); "" for gym_id alone
+    gym_id: str = ""  # a gymnasium id; replaces the preset's (e.g. gym_pusht/PushT-v0)
+    package: str = ""  # module imported to register gym_id (default: the preset's gym_<type>)
+    # Env image observation -> the policy camera it feeds, e.g. {pixels: image}; default: a single env image
+    # feeds a single-camera policy.
+    cameras: dict[str, str] = field(default_factory=dict)
+    state_key: str = "agent_pos"  # env observation fed as observation.state
+    task: str = ""  # the instruction given to the policy (default: the gym id)
+    max_steps: int = 0  # env steps per episode; 0 keeps the env's own limit
+    batch_envs: int = 10  # envs stepped together, one batched policy call per step
+    videos: int = 4  # episodes recorded as mp4 (policy cameras side by side); 0 for none
+    success_key: str = "is_success"  # info flag of a successful episode
+    progress_key: str = ""  # info value in [0, 1] whose last value is the progress; "" uses the max reward
+
+
+@dataclass
+class _EnvSpec:
+    gym_id: str
+    package: str
+    kwargs: dict
+
+
+def env_spec(cfg: LeRobotEnvEvalConfig) -> _EnvSpec:
+    """The gymnasium id, the package registering it and the make() kwargs for `cfg`."""
+    if not cfg.type:
+        if not cfg.gym_id:
+            raise ValueError("lerobot_env: give --env.type (a LeRobot env preset) or --env.gym_id")
+        return _EnvSpec(cfg.gym_id, cfg.package, {})
+    from lerobot.envs.configs import EnvConfig
+
+    known = sorted(EnvConfig.get_known_choices())
+    if cfg.type not in known:
+        raise ValueError(f"--env.type={cfg.type!r} is not a LeRobot env preset; expected one of {known}")
+    preset = EnvConfig.get_choice_class(cfg.type)()
+    return _EnvSpec(cfg.gym_id or preset.gym_id, cfg.package or preset.package_name, dict(preset.gym_kwargs))
+
+
+def make_env(spec: _EnvSpec, max_steps: int):
+    import gymnasium as gym
+
+    if spec.package:
+        try:
+            importlib.import_module(spec.package)  # registers its env ids
+        except ModuleNotFoundError as e:
+            dist = spec.package.replace("_", "-")
+            raise ModuleNotFoundError(
+                f"env {spec.gym_id!r} needs the package {spec.package!r} (pip install {dist}; for pusht: "
+                f"pip install 'worldloop[pusht]')"
+            ) from e
+    kwargs = dict(spec.kwargs)
+    if max_steps > 0:
+        kwargs["max_episode_steps"] = max_steps
+    try:
+        return gym.make(spec.gym_id, disable_env_checker=True, **kwargs)
+    except gym.error.Error as e:
+        raise ValueError(f"gym.make({spec.gym_id!r}) failed: {e}") from e
+
+
+def _flatten(obs: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in obs.items():
+        if isinstance(value, dict):
+            out |= _flatten(value, f"{prefix}{key}/")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _is_image(value) -> bool:
+    return (
+        isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 3 and value.shape[-1] == 3
+    )
+
+
+def camera_mapping(cfg: LeRobotEnvEvalConfig, observation: dict, policy_cameras: tuple[str, ...]) -> dict:
+    """Env image key -> policy camera, checked against one observation of the env."""
+    flat = _flatten(observation)
+    images = sorted(k for k, v in flat.items() if _is_image(v))
+    mapping = dict(cfg.cameras)
+    if not mapping:
+        if len(images) != 1 or len(policy_cameras) != 1:
+            raise ValueError(
+                f"lerobot_env: the env has image observations {images} and the policy reads cameras "
+                f"{list(policy_cameras)}; say which feeds which with --env.cameras='{{<env key>: <camera>}}'"
+            )
+        mapping = {images[0]: policy_cameras[0]}
+    unknown = sorted(set(mapping) - set(images))
+    if unknown:
+        raise ValueError(f"--env.cameras names {unknown}, not image observations of the env ({images})")
+    unfed = sorted(set(policy_cameras) - set(mapping.values()))
+    if unfed:
+        raise ValueError(
+            f"--env.cameras feeds no env image to the policy cameras {unfed} (mapping: {mapping})"
+        )
+    if cfg.state_key not in flat:
+        raise ValueError(
+            f"--env.state_key={cfg.state_key!r} is not an env observation (it has {sorted(flat)})"
+        )
+    return mapping
+
+
+def _policy_batch(observations: list[dict], mapping: dict, state_key: str, task: str, device) -> dict:
+    flat = [_flatten(o) for o in observations]
+    batch = {
+        image_key(camera): torch.from_numpy(np.stack([f[key] for f in flat]))
+        .to(device)
+        .permute(0, 3, 1, 2)
+        .float()
+        .div_(255.0)
+        for key, camera in mapping.items()
+    }
+    batch[STATE] = torch.from_numpy(np.stack([np.asarray(f[state_key]) for f in flat])).to(device).float()
+    batch[TASK] = [task] * len(observations)
+    return batch
+
+
+def evaluate_in_lerobot_env(
+    policy: Policy,
+    cfg: LeRobotEnvEvalConfig,
+    episodes: int,
+    seed: int,
+    video_dir: str | Path | None = None,
+    device: str | torch.device = "cpu",
+    progress_bar: bool = True,
+) -> dict:
+    """Run `episodes` episodes (env seeds seed, seed+1, ...) and return the summary (same keys as the sim
+    backend's, plus `mean_max_reward` and `mean_sum_reward`)."""
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    spec = env_spec(cfg)
+    n_envs = min(cfg.batch_envs, episodes)
+    envs = [make_env(spec, cfg.max_steps) for _ in range(n_envs)]
+    try:
+        action_shape = envs[0].action_space.shape
+        if action_shape != (policy.action_dim,):
+            raise ValueError(
+                f"env {spec.gym_id!r} takes actions of shape {action_shape}; the policy gives {policy.action_dim}"
+            )
+        mapping = camera_mapping(cfg, envs[0].reset(seed=seed)[0], tuple(policy.config.cameras))
+        task = cfg.task or spec.gym_id
+        policy.eval()
+        results: list[dict] = []
+        start = time.perf_counter()
+        with tqdm(total=episodes, desc=f"eval {spec.gym_id}", disable=not progress_bar) as bar:
+            for first in range(0, episodes, n_envs):
+                group = list(range(first, min(first + n_envs, episodes)))
+                results += _run_group(
+                    policy,
+                    envs[: len(group)],
+                    [seed + i for i in group],
+                    mapping,
+                    task,
+                    cfg,
+                    device,
+                    video_dir,
+                    record=[i < cfg.videos and video_dir is not None for i in group],
+                )
+                bar.update(len(group))
+    finally:
+        for env in envs:
+            env.close()
+    successes = sum(r["success"] for r in results)
+    lo, hi = wilson_interval(successes, len(results))
+    return {
+        "backend": "lerobot_env",
+        "env_type": cfg.type,
+        "gym_id": spec.gym_id,
+        "task": task,
+        "episodes": len(results),
+        "successes": successes,
+        "success_rate": successes / len(results),
+        "success_ci95": [lo, hi],
+        "mean_progress": float(np.mean([r["progress"] for r in results])),
+        "mean_max_reward": float(np.mean([r["max_reward"] for r in results])),
+        "mean_sum_reward": float(np.mean([r["sum_reward"] for r in results])),
+        "mean_length": float(np.mean([r["length"] for r in results])),
+        "seed": seed,
+        "max_steps": cfg.max_steps,
+        "seconds": time.perf_counter() - start,
+        "per_episode": results,
+    }
+
+
+@torch.no_grad()
+def _run_group(policy, envs, seeds, mapping, task, cfg, device, video_dir, record) -> list[dict]:
+    observations = [env.reset(seed=s)[0] for env, s in zip(envs, seeds)]
+    frames = [[_video_frame(o, mapping)] if rec else [] for o, rec in zip(observations, record)]
+    done = [False] * len(envs)
+    out = [
+        {"seed": s, "success": False, "progress": 0.0, "max_reward": -np.inf, "sum_reward": 0.0, "length": 0}
+        for s in seeds
+    ]
+    policy.reset()
+    while not all(done):
+        batch = _policy_batch(observations, mapping, cfg.state_key, task, device)
+        actions = policy.select_action(batch).cpu().numpy()
+        for i, env in enumerate(envs):
+            if done[i]:
+                continue
+            obs, reward, terminated, truncated, info = env.step(actions[i])
+            observations[i] = obs
+            o = out[i]
+            o["length"] += 1
+            o["sum_reward"] += float(reward)
+            o["max_reward"] = max(o["max_reward"], float(reward))
+            o["success"] = o["success"] or bool(info.get(cfg.success_key, False))
+            if cfg.progress_key:
+                o["progress"] = float(info.get(cfg.progress_key, o["progress"]))
+            if record[i]:
+                frames[i].append(_video_frame(obs, mapping))
+            done[i] = terminated or truncated
+    for o in out:
+        if not cfg.progress_key:
+            o["progress"] = o["max_reward"]
+    if any(record):
+        _write_videos(frames, out, seeds, video_dir, int(envs[0].metadata.get("render_fps", 10)))
+    return out
+
+
+def _video_frame(obs: dict, mapping: dict) -> np.ndarray:
+    flat = _flatten(obs)
+    return np.concatenate([flat[key] for key in mapping], axis=1)
+
+
+def _write_videos(frames, out, seeds, video_dir, fps: int) -> None:
+    import imageio.v2 as imageio
+
+    for i, clip in enumerate(frames):
+        if clip:
+            tag = "success" if out[i]["success"] else "failure"
+            path = Path(video_dir) / "videos" / f"episode_seed{seeds[i]}_{tag}.mp4"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            imageio.mimwrite(path, clip, fps=fps, macro_block_size=1)
+            out[i]["video"] = str(path)
