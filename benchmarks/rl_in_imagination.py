@@ -1,12 +1,16 @@
-"""RL in imagination: sim success of the BC policy before and after GRPO fine-tuning in the world model.
+"""RL in imagination: sim success of the BC policy before and after fine-tuning in the world model.
 
 python benchmarks/rl_in_imagination.py --finetune_config=configs/finetune/tiny.yaml \
     --policy=outputs/policy/tiny/pretrained_model --world_model=outputs/world_model/tiny/pretrained_model
+    [--algorithm=ppo] [--loop_rounds=3 --loop_dataset_root=outputs/data/reach_wm]
 
-Runs `finetune_policy.py`'s loop (imagination only for training; sim steps counted, must be 0), then
-evaluates the BC and the fine-tuned policy in the simulator on `final_episodes` held-out episodes (seeds
-disjoint from training starts) with Wilson 95% intervals. Prints the table, writes
-benchmarks/results/rl_in_imagination.json; the learning curve PNG is `<output_dir>/learning_curve.png`.
+Runs `finetune_policy.py` (imagination only for training; sim steps counted, must be 0) with GRPO (the
+config's algorithm) or `--algorithm=ppo`, or with `--loop_rounds=N` the closed loop (the policy's sim
+episodes recorded into the world model's data, world model and policy fine-tuned again, N rounds), then
+evaluates the BC and the final policy in the simulator on `final_episodes` held-out episodes (seeds
+disjoint from training starts, in-loop evaluation and recording) with Wilson 95% intervals. Prints the
+table and writes benchmarks/results/rl_in_imagination[_ppo][_loop].json; the learning curve PNG is
+`<output_dir>/learning_curve.png`, the loop's per-round plot `<output_dir>/closed_loop.png`.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -23,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
 from common.config import parse_cli  # noqa: E402
+from rl_finetune.closed_loop import run_closed_loop  # noqa: E402
 from rl_finetune.policy_finetune import FinetunePolicyConfig, finetune  # noqa: E402
 from rl_finetune.sim_steps import count_sim_steps  # noqa: E402
 from vla.factory import load_policy  # noqa: E402
@@ -39,37 +44,42 @@ class RLInImaginationBenchmarkConfig:
     final_episodes: int = 100  # sim episodes for the before/after comparison
     final_seed: int = 200_000  # disjoint from training starts and the in-loop evaluation
     threads: int = 2
+    algorithm: str = ""  # grpo | ppo; "" -> the config's
+    loop_rounds: int = 0  # > 0: the closed loop with this many rounds
+    loop_dataset_root: str = ""  # the closed loop: the world model's training data; "" -> the config's
+    loop_episodes: int = 0  # sim episodes recorded per round; 0 -> the config's
+    loop_world_model_steps: int = 0  # world-model fine-tune steps per round; 0 -> the config's
     # timing_only: one GRPO iteration with the config's group sizes (weights do not change the cost):
     # wall time per iteration and its split into imagination and the update; no sim, no before/after.
     timing_only: bool = False
+    result_name: str = ""  # "" -> rl_in_imagination[_ppo][_loop]; another name keeps a smoke run apart
 
 
 def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig) -> None:
     import time
 
-    from rl_finetune.grpo import GRPOTrainer
-    from rl_finetune.policy_finetune import training_starts
+    from rl_finetune.policy_finetune import make_trainer, training_starts
     from world_model.model import WorldModel
     from world_model.world_model_env import WorldModelEnv
 
     env = WorldModelEnv(WorldModel.from_pretrained(cfg.world_model), ft_cfg.env)
-    trainer = GRPOTrainer(load_policy(cfg.policy), env, ft_cfg.grpo, seed=ft_cfg.seed)
-    starts = training_starts(ft_cfg, env).select(list(range(ft_cfg.grpo.starts_per_iteration)))
+    trainer = make_trainer(ft_cfg, load_policy(cfg.policy), env)
+    starts = training_starts(ft_cfg, env).select(list(range(ft_cfg.algorithm_config.starts_per_iteration)))
     t0 = time.perf_counter()
     with count_sim_steps() as counter:
         data = trainer.collect(starts, seed=0)
         t1 = time.perf_counter()
         logs = trainer.update(data, seed=0)
     t2 = time.perf_counter()
-    episodes = ft_cfg.grpo.starts_per_iteration * ft_cfg.grpo.group_size
-    row = {"episodes": episodes, "horizon": ft_cfg.env.horizon, "imagine_s": t1 - t0, "update_s": t2 - t1,
+    row = {"algorithm": ft_cfg.algorithm, "episodes": ft_cfg.episodes_per_iteration, "horizon": ft_cfg.env.horizon, "imagine_s": t1 - t0, "update_s": t2 - t1,
            "chunk_samples": len(data), "gradient_steps": logs["gradient_steps"], "sim_steps": counter.steps}  # fmt: skip
-    print_table([row], title="one GRPO iteration in imagination")
+    print_table([row], title=f"one {trainer.algorithm} iteration in imagination")
     figures = {"one_iteration": row, "iterations_per_60_min": 3600 / (t2 - t0), "policy": cfg.policy,
                "world_model": cfg.world_model, "finetune_config": cfg.finetune_config,
-               "grpo": vars(ft_cfg.grpo), "load_average_1_5_15min": os.getloadavg()}  # fmt: skip
+               ft_cfg.algorithm: vars(ft_cfg.algorithm_config), "load_average_1_5_15min": os.getloadavg()}  # fmt: skip
+    suffix = "" if ft_cfg.algorithm == "grpo" else f"_{ft_cfg.algorithm}"
     path = write_result(
-        "rl_in_imagination_timing", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv])
+        f"rl_in_imagination_timing{suffix}", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv])
     )
     print(f"wrote {path}")
 
@@ -82,16 +92,35 @@ def main() -> None:
         f"--world_model={cfg.world_model}",
         f"--output_dir={cfg.output_dir}",
     ]
-    if cfg.iterations:
-        overrides.append(f"--iterations={cfg.iterations}")
+    optional = {
+        "iterations": cfg.iterations, "algorithm": cfg.algorithm, "loop.rounds": cfg.loop_rounds,
+        "loop.dataset_root": cfg.loop_dataset_root, "loop.episodes": cfg.loop_episodes,
+        "loop.world_model_train.steps": cfg.loop_world_model_steps,
+    }  # fmt: skip
+    overrides += [f"--{key}={value}" for key, value in optional.items() if value]
     ft_cfg = parse_cli(FinetunePolicyConfig, ["--config", cfg.finetune_config, *overrides])
     if cfg.timing_only:
         time_one_iteration(cfg, ft_cfg)
         return
-    summary = finetune(ft_cfg)
+    if ft_cfg.loop.rounds:
+        loop = run_closed_loop(ft_cfg)
+        final_policy = loop["final"]["policy"]
+        summary = {
+            "train_sim_steps": loop["sim_steps"]["training"],
+            "eval_sim_steps": loop["sim_steps"]["evaluation"],
+            "wall_seconds": loop["wall_seconds"],
+            "iterations_run": sum(r["policy"]["iterations_run"] for r in loop["rounds"]),
+            "stopped": [r["policy"]["stopped"] for r in loop["rounds"]],
+            "evaluations": [
+                {"round": r["round"], "before": r["before"], "after": r["after"]} for r in loop["rounds"]
+            ],
+        }
+    else:
+        summary = finetune(ft_cfg)
+        final_policy = str(Path(cfg.output_dir) / "pretrained_model")
 
     rows, finals = [], {}
-    for name, path in (("bc", cfg.policy), ("finetuned", str(Path(cfg.output_dir) / "pretrained_model"))):
+    for name, path in (("bc", cfg.policy), ("finetuned", final_policy)):
         sim_cfg = ft_cfg.eval.sim
         with count_sim_steps() as counter:
             result = evaluate_in_sim(load_policy(path), sim_cfg, cfg.final_episodes, cfg.final_seed, None)
@@ -101,13 +130,17 @@ def main() -> None:
             {"policy": name, "sim_success": result["success_rate"], "ci95": f"{lo:.2f}-{hi:.2f}",
              "progress": result["mean_progress"], "episodes": result["episodes"], "sim_steps": counter.steps}
         )  # fmt: skip
-    print_table(rows, title=f"\nsim success before/after GRPO in imagination ({ft_cfg.eval.sim.task})")
+    how = f"{ft_cfg.algorithm.upper()} in imagination" + (
+        f", closed loop of {ft_cfg.loop.rounds} rounds" if ft_cfg.loop.rounds else ""
+    )
+    print_table(rows, title=f"\nsim success before/after {how} ({ft_cfg.eval.sim.task})")
     gain = finals["finetuned"]["success_rate"] - finals["bc"]["success_rate"]
     print(
         f"\ngain {gain:+.1%}; sim steps for training {summary['train_sim_steps']}; "
         f"fine-tuning wall time {summary['wall_seconds'] / 60:.1f} min; stopped: {summary['stopped']}"
     )
     figures = {
+        "algorithm": ft_cfg.algorithm,
         "before": {k: finals["bc"][k] for k in ("success_rate", "success_ci95", "mean_progress", "episodes")},
         "after": {
             k: finals["finetuned"][k] for k in ("success_rate", "success_ci95", "mean_progress", "episodes")
@@ -121,12 +154,27 @@ def main() -> None:
         "stopped": summary["stopped"],
         "in_loop_evaluations": summary["evaluations"],
         "learning_curve_png": str(Path(cfg.output_dir) / "learning_curve.png"),
+        "finetune_config_resolved": asdict(ft_cfg),
         "policy": cfg.policy,
         "world_model": cfg.world_model,
         "finetune_config": cfg.finetune_config,
     }
+    if ft_cfg.loop.rounds:
+        figures["loop"] = {
+            "rounds": [
+                {"round": r["round"], "recorded_sim_success": r["recorded"]["sim_success"],
+                 "dataset_episodes": r["dataset"]["episodes"], "world_model_steps": r["world_model"]["steps"],
+                 "sim_success_after": r["after"]["sim_success"], "gap_after": r["after"]["gap"]}
+                for r in loop["rounds"]
+            ],
+            "collection_sim_steps": loop["sim_steps"]["collection"],
+            "closed_loop_png": str(Path(cfg.output_dir) / "closed_loop.png"),
+        }  # fmt: skip
+        figures["learning_curve_png"] = None  # one per round, under round_<r>/policy/
     figures["load_average_1_5_15min"] = os.getloadavg()  # the machine is shared: contention slows everything
-    path = write_result("rl_in_imagination", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
+    name = "rl_in_imagination" + ("" if ft_cfg.algorithm == "grpo" else f"_{ft_cfg.algorithm}")
+    name = cfg.result_name or name + ("_loop" if ft_cfg.loop.rounds else "")
+    path = write_result(name, figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     print(f"wrote {path}")
 
 
