@@ -29,6 +29,8 @@ from world_model.world_model_env import InitialStates
 
 @dataclass
 class GRPOConfig:
+    """GRPO (--algorithm=grpo, the default): groups of rollouts per start, group-normalised returns."""
+
     group_size: int = 8  # rollouts per initial state
     starts_per_iteration: int = 4  # initial states per iteration (batch = starts x group)
     epochs: int = 2  # passes over an iteration's data

@@ -31,6 +31,8 @@ from world_model.world_model_env import InitialStates, WorldModelEnv
 
 @dataclass
 class PPOConfig:
+    """PPO (--algorithm=ppo): a value head on the BC policy's observation features, GAE advantages."""
+
     starts_per_iteration: int = 16  # initial states per iteration
     rollouts_per_start: int = 2  # episodes per start (batch = starts x rollouts); 1 is fine for PPO
     epochs: int = 4  # passes over an iteration's data

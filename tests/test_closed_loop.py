@@ -115,3 +115,16 @@ def test_recorded_episodes_keep_failures_and_grow_only_compatible_data(tmp_path)
         grow_dataset([other, both], tmp_path / "mixed")
     with pytest.raises(FileExistsError):
         grow_dataset([tmp_path / "a"], grown)
+
+
+def test_kl_reference_can_be_another_policy(tmp_path):
+    from rl_finetune.policy_finetune import make_trainer
+    from world_model.world_model_env import WorldModelEnv
+
+    bc = tmp_path / "bc"
+    tiny_policy(seed=5).save_pretrained(bc)
+    cfg = FinetunePolicyConfig(policy=PolicyPath("unused"), world_model="unused", reference_policy=str(bc))
+    trainer = make_trainer(cfg, tiny_policy(seed=0), WorldModelEnv(tiny_world_model()))
+    reference, original = trainer.reference.state_dict(), tiny_policy(seed=5).state_dict()
+    assert all(torch.equal(reference[k], original[k]) for k in original)
+    assert not all(torch.equal(reference[k], v) for k, v in trainer.policy.state_dict().items())

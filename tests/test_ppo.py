@@ -104,3 +104,39 @@ def test_bad_config_and_non_flow_policy_are_refused():
         PPOConfig(gae_lambda=1.5).validate()
     with pytest.raises(TypeError, match="PPO needs a flow-matching policy"):
         PPOTrainer(torch.nn.Linear(2, 2), WorldModelEnv(tiny_world_model()), CFG)
+
+
+def test_finetune_with_ppo_runs_without_sim_steps_and_resumes_its_value_head(tmp_path):
+    from common.checkpoint import load_torch
+    from rl_finetune.policy_finetune import (
+        FinetuneEvalConfig,
+        FinetunePolicyConfig,
+        PolicyPath,
+        StartsConfig,
+        finetune,
+        make_trainer,
+    )
+    from vla.sim_evaluation import SimEvalConfig
+
+    wm, policy = tmp_path / "wm", tmp_path / "policy"
+    mixed_outcome_world_model().save_pretrained(wm)
+    tiny_policy().save_pretrained(policy)
+    cfg = FinetunePolicyConfig(
+        policy=PolicyPath(str(policy)), world_model=str(wm), output_dir=str(tmp_path / "ft"), iterations=2,
+        algorithm="ppo", env=WorldModelEnvConfig(horizon=4),
+        ppo=PPOConfig(starts_per_iteration=2, rollouts_per_start=1, epochs=1, minibatch_size=8, lr=1e-3),
+        starts=StartsConfig(count=3, seed=0),
+        eval=FinetuneEvalConfig(every=2, episodes=2, seed=100, batch_envs=2, max_gap=1.0,
+                                sim=SimEvalConfig(task="reach", max_steps=4, batch_envs=2, videos=0)),
+    )  # fmt: skip
+    summary = finetune(cfg)
+    assert summary["algorithm"] == "ppo" and summary["iterations_run"] == 2
+    assert summary["train_sim_steps"] == 0 and summary["eval_sim_steps"] > 0
+    assert summary["imagined_env_steps_per_iteration"] == 2 * 1 * 4
+    state = load_torch(tmp_path / "ft" / "checkpoints" / "000002" / "trainer_state.pt")
+    assert state["iteration"] == 2 and "value" in state
+    trainer = make_trainer(cfg, tiny_policy(), WorldModelEnv(mixed_outcome_world_model()))
+    trainer.load_state_dict(state)
+    assert all(torch.equal(a, state["value"][k]) for k, a in trainer.value.state_dict().items())
+    with pytest.raises(ValueError, match="algorithm='sac'"):
+        FinetunePolicyConfig(policy=PolicyPath("p"), world_model="w", algorithm="sac").validate()
