@@ -5,10 +5,11 @@ snapshots and runs on fewer demonstrations act worse than late ones on more, whi
 widely at no extra training cost. Each candidate is evaluated in the sim on the same seeds, copied to
 `<zoo_dir>/<name>/`, and listed with its measured success in `<zoo_dir>/zoo.json`.
 
-python benchmarks/policy_bc_success.py          # trains the 20ep / 60ep runs (or pass --runs of your own)
-python train_policy.py --config configs/policy/tiny.yaml --train.steps=600 --train.checkpoint_every=100 \
-    --train.keep_checkpoints=100 --output_dir=outputs/bench/policy_bc/180ep_600steps
-python benchmarks/make_policy_zoo.py --eval_episodes=20
+python benchmarks/policy_bc_success.py --output_root=outputs/bench/policy_bc_v2   # trains the 20/60/360ep runs
+python benchmarks/make_policy_zoo.py
+
+Every policy reads only the cameras in `cameras` (default: front, the one the world model draws), so
+the whole zoo can be evaluated in imagination.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.checkpoint import save_json  # noqa: E402
+from common.checkpoint import load_json, save_json  # noqa: E402
 from common.config import ConfigError, parse_cli  # noqa: E402
 from vla.factory import load_policy  # noqa: E402
 from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim  # noqa: E402
@@ -32,13 +33,14 @@ from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim  # noqa: E402
 class ZooConfig:
     runs: list[str] = field(
         default_factory=lambda: [
-            "outputs/bench/policy_bc/20ep",
-            "outputs/bench/policy_bc/60ep",
-            "outputs/bench/policy_bc/180ep_600steps",
+            "outputs/bench/policy_bc_v2/20ep",
+            "outputs/bench/policy_bc_v2/60ep",
+            "outputs/bench/policy_bc_v2/360ep",
         ]
     )
-    # Snapshots per run, spread evenly over its checkpoints (the last one always included); 0 = all.
-    per_run: int = 3
+    # Training steps whose snapshots are taken from every run (each must have been checkpointed).
+    steps: list[int] = field(default_factory=lambda: [100, 200, 1000])
+    cameras: list[str] = field(default_factory=lambda: ["front"])
     eval_episodes: int = 30
     eval_seed: int = 200_000  # not the BC benchmark's seeds
     sim: SimEvalConfig = field(default_factory=lambda: SimEvalConfig(videos=0))
@@ -46,22 +48,19 @@ class ZooConfig:
     min_policies: int = 6
 
 
-def _snapshots(run: Path, per_run: int) -> list[Path]:
-    ckpts = sorted(
-        p / "pretrained_model"
-        for p in (run / "checkpoints").glob("[0-9]*")
-        if (p / "pretrained_model").is_dir()
-    )
-    if not ckpts:
+def _snapshots(run: Path, steps: list[int]) -> list[Path]:
+    snaps = [run / "checkpoints" / f"{step:07d}" / "pretrained_model" for step in steps]
+    missing = [str(p) for p in snaps if not p.is_dir()]
+    if missing:
         raise ConfigError(
-            f"{run}: no checkpoints/<step>/pretrained_model; train it first (policy_bc_success.py)"
+            f"{run}: no snapshot {missing}; train it first with checkpoints at steps {steps} "
+            "(policy_bc_success.py keeps every checkpoint)"
         )
-    if per_run <= 0 or per_run >= len(ckpts):
-        return ckpts
-    # Evenly spaced indices ending at the last checkpoint.
-    step = (len(ckpts) - 1) / (per_run - 1) if per_run > 1 else 0
-    picks = sorted({round(len(ckpts) - 1 - i * step) for i in range(per_run)})
-    return [ckpts[i] for i in picks]
+    return snaps
+
+
+def _train_episodes(run: Path) -> int:
+    return len(load_json(run / "episodes.json")["train"])
 
 
 def main() -> None:
@@ -70,10 +69,14 @@ def main() -> None:
     zoo_dir = Path(cfg.zoo_dir)
     entries = []
     for run in map(Path, cfg.runs):
-        for snap in _snapshots(run, cfg.per_run):
+        for snap in _snapshots(run, cfg.steps):
             step = int(snap.parent.name)
             name = f"{run.name}_step{step:05d}"
             policy = load_policy(snap)
+            if list(policy.config.cameras) != list(cfg.cameras):
+                raise ConfigError(
+                    f"{snap} reads cameras {list(policy.config.cameras)}, the zoo wants {cfg.cameras}"
+                )
             summary = evaluate_in_sim(policy, cfg.sim, cfg.eval_episodes, cfg.eval_seed)
             target = zoo_dir / name
             if target.exists():
@@ -87,6 +90,7 @@ def main() -> None:
                     "source": str(snap),
                     "policy": policy.name,
                     "train_step": step,
+                    "train_episodes": _train_episodes(run),
                     "success_rate": summary["success_rate"],
                     "ci95_low": round(lo, 3),
                     "ci95_high": round(hi, 3),

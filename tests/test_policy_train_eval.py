@@ -112,3 +112,36 @@ def test_evaluate_policy_cli_writes_summary(saved_policy, tmp_path):
     assert summary["episodes"] == 2 and summary["policy_path"] == str(saved_policy)
     with pytest.raises(ConfigError, match="backend"):
         evaluate_policy.main(["--backend=real", f"--policy.path={saved_policy}"])
+
+
+def test_successful_episodes_only_trains_on_the_episodes_that_succeed(shared_tiny_dataset_root, tmp_path):
+    out = tmp_path / "run"
+    args = [
+        f"--dataset.root={shared_tiny_dataset_root}",
+        "--dataset.held_out_fraction=0",
+        *TINY_POLICY,
+        "--train.steps=1",
+        "--train.batch_size=2",
+        "--train.report_to=none",
+        f"--output_dir={out}",
+    ]
+    train_policy.main([*args, "--successful_episodes_only=true"])
+    # The fixture's even episodes end in next.success, the odd ones do not.
+    assert load_json(out / "episodes.json")["train"] == [0, 2]
+
+
+def test_successful_episodes_only_needs_a_success_column(tmp_path):
+    from conftest import make_tiny_lerobot_dataset
+
+    root = make_tiny_lerobot_dataset(
+        tmp_path / "no_rewards", episodes=2, cameras=("front", "wrist"), with_rewards=False
+    )
+    with pytest.raises(ConfigError, match="next.success"):
+        train_policy.main(
+            [
+                f"--dataset.root={root}",
+                *TINY_POLICY,
+                "--successful_episodes_only=true",
+                f"--output_dir={tmp_path}",
+            ]
+        )

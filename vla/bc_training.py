@@ -13,6 +13,7 @@ from common.checkpoint import save_json
 from common.config import ConfigError, save_config
 from common.training import TrainLoopConfig, run_training
 from data.dataset import DatasetConfig, EpisodeDataset
+from data.features import SUCCESS
 from data.stats import dataset_stats
 from data.windows import PolicySamples
 from vla.factory import make_policy, policy_classes
@@ -45,6 +46,9 @@ class TrainPolicyConfig:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     # Train on the first N training episodes only (0: all); the benchmark of dataset sizes uses this.
     max_episodes: int = 0
+    # Train only on episodes that reach `next.success` (demos of mixed skill include failed attempts, e.g.
+    # reaching for the wrong cube, which BC would imitate). Needs the dataset's next.success column.
+    successful_episodes_only: bool = False
     policy: PolicyChoice = field(default_factory=PolicyChoice)
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
     eval: SimEvalDuringTraining = field(default_factory=SimEvalDuringTraining)
@@ -68,11 +72,26 @@ def _open_dataset(cfg: TrainPolicyConfig, policy_cfg) -> EpisodeDataset:
     return EpisodeDataset(ds_cfg)
 
 
+def _successful(dataset: EpisodeDataset, episodes: list[int]) -> list[int]:
+    if SUCCESS not in dataset.reward_keys:
+        raise ConfigError(
+            f"successful_episodes_only: dataset {dataset.root} has no {SUCCESS} column to select episodes by"
+        )
+    cols = dataset.numeric_columns([SUCCESS])
+    success = cols[SUCCESS].reshape(-1).astype(bool)
+    kept = [ep.index for ep in dataset.select_episodes(episodes) if success[ep.start : ep.end].any()]
+    if not kept:
+        raise ConfigError(f"successful_episodes_only: none of the {len(episodes)} training episodes succeeds")
+    return kept
+
+
 def train_policy(cfg: TrainPolicyConfig):
     """Train and return the (EMA) policy; writes under `cfg.output_dir` (see common/training.py)."""
     policy_cfg = cfg.policy.selected()
     dataset = _open_dataset(cfg, policy_cfg)
     train_episodes, held_out = dataset.split()
+    if cfg.successful_episodes_only:
+        train_episodes = _successful(dataset, train_episodes)
     if cfg.max_episodes:
         if cfg.max_episodes > len(train_episodes):
             raise ConfigError(
