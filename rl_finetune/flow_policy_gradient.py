@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from data.features import STATE, TASK, image_key
+from data.features import IMAGE_PREFIX, STATE, TASK, camera_of, image_key
 from vla.flow_vla import flow_matching
 from world_model.world_model_env import InitialStates, WorldModelEnv
 
@@ -99,16 +99,13 @@ def imagine_chunks(
 def flatten(chunks: ImaginedChunks, advantages: list[torch.Tensor], extras: dict | None = None) -> Rollouts:
     """Live decisions only; `advantages` and each of `extras` hold one [B, ...] tensor per decision."""
     keep = [live.nonzero().flatten() for live in chunks.live]
-    cams = [k for k in chunks.observations[0] if k.startswith("observation.images.")]
+    cams = [camera_of(k) for k in chunks.observations[0] if k.startswith(IMAGE_PREFIX)]
 
     def cat(per_step: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat([x[k] for x, k in zip(per_step, keep)])
 
     return Rollouts(
-        images={
-            key.removeprefix("observation.images."): cat([o[key] for o in chunks.observations])
-            for key in cams
-        },
+        images={c: cat([o[image_key(c)] for o in chunks.observations]) for c in cams},
         state=cat([o[STATE] for o in chunks.observations]),
         task=[o[TASK][i] for o, k in zip(chunks.observations, keep) for i in k.tolist()],
         chain=cat(chunks.chains),
