@@ -83,6 +83,18 @@ def test_save_pretrained_round_trip(saved, tmp_path):
     torch.testing.assert_close(a, b)
 
 
+def test_loading_fetches_no_initial_backbone(tmp_path):
+    # LeRobot's ACT default starts from torchvision's ImageNet ResNet-18 (a download); a saved policy's
+    # weights replace it, so loading must not construct it.
+    path = save_lerobot_policy("act", tmp_path / "act", SIM_CAMERAS)
+    config = json.loads((path / "config.json").read_text())
+    config["pretrained_backbone_weights"] = "ResNet18_Weights.IMAGENET1K_V1"
+    (path / "config.json").write_text(json.dumps(config))
+    policy = load_policy(path)
+    assert policy.inner.config.pretrained_backbone_weights is None
+    assert policy.predict_action_chunk(sim_batch()).shape == (2, 6, 4)
+
+
 def test_camera_map_and_state_checks(tmp_path):
     path = save_lerobot_policy("act", tmp_path / "top", {image_key("top"): (32, 32)})
     unmapped = load_policy(path)

@@ -249,6 +249,7 @@ def load_lerobot_policy(
             policy_class = get_policy_class(lerobot_type)
             lr_cfg = PreTrainedConfig.from_pretrained(path)
             lr_cfg.device = device
+            _skip_pretrained_init(lr_cfg)
             inner = policy_class.from_pretrained(path, config=lr_cfg)
             preprocessor, postprocessor = make_pre_post_processors(
                 lr_cfg,
@@ -296,6 +297,17 @@ def load_lerobot_policy(
         action_dim=action.shape[0],
     )
     return LeRobotPretrainedPolicy(inner, preprocessor, postprocessor, config).eval()
+
+
+# Config fields that make a LeRobot policy's constructor fetch initial weights (ACT's torchvision ImageNet
+# ResNet, SmolVLA's whole VLM) which model.safetensors then overwrites: off when loading a saved policy.
+_PRETRAINED_INIT_OFF = {"pretrained_backbone_weights": None, "load_vlm_weights": False}
+
+
+def _skip_pretrained_init(lr_cfg) -> None:
+    for name, off in _PRETRAINED_INIT_OFF.items():
+        if hasattr(lr_cfg, name):
+            setattr(lr_cfg, name, off)
 
 
 def _missing_imports(policy_class) -> list[str]:
