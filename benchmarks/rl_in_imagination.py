@@ -164,6 +164,8 @@ def main() -> None:
             "rounds": [
                 {"round": r["round"], "recorded_sim_success": r["recorded"]["sim_success"],
                  "dataset_episodes": r["dataset"]["episodes"], "world_model_steps": r["world_model"]["steps"],
+                 "world_model_loss_first_last_tenth": [r["world_model"]["loss_first_tenth"],
+                                                       r["world_model"]["loss_last_tenth"]],
                  "sim_success_after": r["after"]["sim_success"], "gap_after": r["after"]["gap"]}
                 for r in loop["rounds"]
             ],

@@ -146,9 +146,10 @@ def record_policy_episodes(
 
 def finetune_world_model(
     world_model: str, dataset_root: Path, loop: LoopConfig, out: Path, device: str
-) -> Path:
+) -> tuple[Path, dict]:
     """(c): the world model at `world_model`, trained `loop.world_model_train.steps` more steps on the
-    training episodes of `dataset_root`; returns the directory of the new pretrained world model."""
+    training episodes of `dataset_root`; returns the new pretrained world model's directory and the
+    training loss averaged over the first and the last tenth of the steps."""
     model = WorldModel.from_pretrained(world_model, device).train()
     train_cfg = TrainWorldModelConfig(
         dataset=DatasetConfig(root=str(dataset_root), held_out_fraction=loop.held_out_fraction),
@@ -160,15 +161,28 @@ def finetune_world_model(
     dataset = open_dataset(train_cfg)
     train_episodes, _ = dataset.split()
     windows = WorldModelWindows(dataset, train_episodes, context=1, horizon=loop.window - 1)
+    losses: list[float] = []
+
+    def loss_fn(m, batch):
+        loss, logs = m(batch)
+        losses.append(loss.item())
+        return loss, logs
+
     run_training(
         model,
         windows,
-        loss_fn=lambda m, batch: m(batch),
+        loss_fn=loss_fn,
         cfg=loop.world_model_train,
         output_dir=out,
         save_pretrained=lambda m, path: m.save_pretrained(path),
     )
-    return out / "pretrained_model"
+    tenth = max(1, len(losses) // 10)
+    return out / "pretrained_model", {
+        "loss_first_tenth": float(np.mean(losses[:tenth])),
+        "loss_last_tenth": float(np.mean(losses[-tenth:])),
+        "train_episodes": len(train_episodes),
+        "windows": len(windows),
+    }
 
 
 def _check_seeds(cfg: FinetunePolicyConfig) -> None:
@@ -217,9 +231,10 @@ def run_closed_loop(cfg: FinetunePolicyConfig) -> dict:
         data_root = grow_dataset([data_root, rdir / "sim_episodes"], rdir / "dataset")
         t1 = time.perf_counter()
         with count_sim_steps() as wm_training:
-            world_model = str(
-                finetune_world_model(world_model, data_root, loop, rdir / "world_model", cfg.device)
+            wm_path, wm_logs = finetune_world_model(
+                world_model, data_root, loop, rdir / "world_model", cfg.device
             )
+        world_model = str(wm_path)
         t2 = time.perf_counter()
         round_cfg = dataclasses.replace(
             cfg,
@@ -240,7 +255,7 @@ def run_closed_loop(cfg: FinetunePolicyConfig) -> dict:
                 "seeds": [seeds[0], seeds[-1]], "sim_steps": collection.steps,
             },
             "dataset": _dataset_size(data_root),
-            "world_model": {"path": world_model, "steps": loop.world_model_train.steps,
+            "world_model": {"path": world_model, "steps": loop.world_model_train.steps, **wm_logs,
                             "sim_steps": wm_training.steps, "seconds": t2 - t1},
             "policy": {"path": policy_path, "algorithm": cfg.algorithm,
                        "iterations_run": summary["iterations_run"], "stopped": summary["stopped"],

@@ -66,6 +66,7 @@ def test_two_round_loop_grows_the_data_and_changes_the_world_model(tmp_path):
     assert all(r["recorded"]["sim_steps"] == r["recorded"]["frames"] == 2 * STEPS for r in rounds)
     assert result["sim_steps"]["training"] == 0 and result["sim_steps"]["evaluation"] > 0
     assert all(r["world_model"]["sim_steps"] == 0 and r["policy"]["train_sim_steps"] == 0 for r in rounds)
+    assert all(r["world_model"]["loss_first_tenth"] > 0 and r["world_model"]["windows"] > 0 for r in rounds)
     # The world model was fine-tuned from its weights, round after round.
     first = WorldModel.from_pretrained(cfg.world_model).state_dict()
     last = WorldModel.from_pretrained(result["final"]["world_model"]).state_dict()
