@@ -67,7 +67,9 @@ def evaluate(cfg: EvaluatePolicyConfig) -> tuple[dict, Path]:
     if cfg.backend == "imagination" or cfg.rank:
         raise ConfigError("backend imagination and --rank run through main() (rl_finetune.policy_ranking)")
     if not cfg.policy.path:
-        raise ConfigError("--policy.path is required: a directory written by train_policy.py")
+        raise ConfigError(
+            "--policy.path is required: a directory written by train_policy.py or by LeRobot's save_pretrained"
+        )
     policy = load_policy(cfg.policy.path, cfg.device, cfg.policy.type, cfg.policy.camera_map)
     if cfg.backend == "lerobot_env":
         env_name = cfg.env.type or cfg.env.gym_id.replace("/", "_")

@@ -184,6 +184,7 @@ def evaluate_in_lerobot_env(
                     record=[i < cfg.videos and video_dir is not None for i in group],
                 )
                 bar.update(len(group))
+                bar.set_postfix(success=f"{np.mean([r['success'] for r in results]):.0%}")
     finally:
         for env in envs:
             env.close()

@@ -62,7 +62,7 @@ class LeRobotPolicyConfig:
 
 
 def default_camera(feature_key: str) -> str:
-    """Our camera name for a LeRobot image feature: `observation.images.top` -> `top`, `observation.image` -> `image`."""
+    """Our camera for a LeRobot image feature: `observation.images.top` -> `top`, `observation.image` -> `image`."""
     if feature_key.startswith(IMAGE_PREFIX):
         return feature_key[len(IMAGE_PREFIX) :]
     return feature_key.rsplit(".", 1)[-1]
@@ -126,9 +126,8 @@ class LeRobotPretrainedPolicy(Policy):
 
     def _preprocess(self, batch: dict) -> dict:
         inputs = self.preprocessor(self._inputs(batch))
-        inputs.pop(
-            ACTION, None
-        )  # the pipeline's batch carries action=None, which observation queues would keep
+        # The pipeline's output carries action=None, which Diffusion's observation queues would keep.
+        inputs.pop(ACTION, None)
         return inputs
 
     @torch.no_grad()
