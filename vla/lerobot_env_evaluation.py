@@ -3,8 +3,9 @@ env with image observations, summarised like the sim backend (success with a Wil
 progress, videos) plus LeRobot's own episode metrics (max and summed reward), so that results can be set
 next to published LeRobot numbers.
 
-The env comes from a LeRobot env preset (`lerobot.envs.configs`, e.g. `pusht`: gym id, package, kwargs)
-or from a plain gymnasium id. Observation mapping: image observations (uint8 HxWx3; nested keys joined with
+The env comes from a LeRobot env preset (`lerobot.envs.configs`, e.g. `pusht`, `aloha`: gym id, package,
+kwargs) or from a plain gymnasium id. Presets whose suites LeRobot builds by its own code rather than one
+`gym.make` (LIBERO, Meta-World) are not supported. Observation mapping: image observations (uint8 HxWx3; nested keys joined with
 '/', e.g. `pixels/top`) feed the policy's cameras, `state_key` feeds `observation.state`.
 """
 
