@@ -212,3 +212,24 @@ def test_video_encoded_cameras_are_resized_the_same_on_both_read_paths(tmp_path)
     direct = WorldModelWindows(dataset, context=2, horizon=1, cache=False)
     for i in range(len(cached)):
         assert torch.equal(cached[i]["frames"], direct[i]["frames"])
+
+
+def test_so101_deploy_config_is_lerobots_so101_follower():
+    from lerobot.cameras.opencv import OpenCVCameraConfig
+    from lerobot.robots.so_follower import SO101FollowerConfig
+
+    from real_robot.deploy import DeployConfig
+
+    cfg = parse_cli(
+        DeployConfig, [f"--config={REPO / 'configs/deploy/so101.yaml'}", "--robot.port=/dev/ttyUSB1"]
+    )
+    robot = cfg.robot
+    # lerobot registers one config class under both names; its type reads back as the first (so100).
+    assert isinstance(robot, SO101FollowerConfig) and robot.type in ("so100_follower", "so101_follower")
+    assert (robot.port, robot.id, robot.calibration_dir, robot.use_degrees) == (
+        "/dev/ttyUSB1",
+        "follower",
+        None,
+        True,
+    )
+    assert isinstance(robot.cameras["front"], OpenCVCameraConfig) and robot.cameras["front"].fps == 30
