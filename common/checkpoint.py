@@ -93,3 +93,15 @@ def load_model_weights(model: torch.nn.Module, path: str | Path, strict: bool = 
             f"{path}: weights do not fit {type(model).__name__}: missing {sorted(missing)[:8]}, "
             f"unexpected {sorted(unexpected)[:8]}"
         )
+
+
+def load_matching_weights(model: torch.nn.Module, path: str | Path) -> list[str]:
+    """Load the tensors of `path` whose name and shape match the model's; return the names left as they
+    were (new parts, or parts whose shape changed), after saying which."""
+    state, own = load_tensors(path), model.state_dict()
+    fitting = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    model.load_state_dict(fitting, strict=False)
+    fresh = sorted(k for k in own if k not in fitting)
+    if fresh:
+        print(f"{path}: {len(fitting)} tensors loaded; kept fresh: {', '.join(fresh[:12])}")
+    return fresh

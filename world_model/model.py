@@ -193,7 +193,9 @@ class WorldModel(nn.Module):
                 f"world-model batch lacks {missing}; has {sorted(batch)} (expected WorldModelWindows items)"
             )
         outcomes = {k: batch[k] for k in ("reward", "success", "done") if k in batch}
-        return self.compute_loss(batch["frames"], batch["actions"], outcomes, batch.get("state"))
+        return self.compute_loss(
+            batch["frames"], batch["actions"], outcomes, batch.get("state"), batch.get("task")
+        )
 
     def compute_loss(
         self,
@@ -201,11 +203,13 @@ class WorldModel(nn.Module):
         actions: torch.Tensor,
         outcomes: dict[str, torch.Tensor] | None = None,
         state: torch.Tensor | None = None,
+        task: list[str] | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Teacher-forced diffusion-forcing loss over a window, plus head and IDM losses.
 
         frames [B, T, (V,) C, H, W] in [0, 1]; actions [B, T, A]; outcomes: optional `next.reward`,
-        `next.success`, `next.done` of each frame [B, T] as keys `reward`, `success`, `done`; state [B, T, S] (only read when idm.use_state).
+        `next.success`, `next.done` of each frame [B, T] as keys `reward`, `success`, `done`; state [B, T, S] (only read when idm.use_state);
+        task: the B instructions (read by the outcome heads).
         Every frame 1..T-1 is a target, denoised from its own noise level while seeing clean (lightly
         noised) earlier frames, the same view it has in a KV-cache rollout.
         """
@@ -275,7 +279,7 @@ class WorldModel(nn.Module):
         loss = diffusion
 
         if outcomes:
-            pred = self.heads(features[:, 1:t_len])
+            pred = self.heads(features[:, 1:t_len], task)
             head_loss = torch.zeros((), device=dev)
             if "reward" in outcomes:
                 head_loss = head_loss + F.mse_loss(
@@ -369,11 +373,12 @@ class WorldModel(nn.Module):
         generator: torch.Generator | None = None,
         use_cache: bool = True,
         sampler: SamplerConfig | None = None,
+        task: list[str] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Imagine the frames that follow the context under `future_actions`, one frame at a time.
 
         context_frames [B, C, (V,) 3, H, W] in [0, 1]; context_actions [B, C-1, A] (between context frames);
-        future_actions [B, H, A]. `steps` overrides the sampler's step count. With `use_cache` each frame's
+        future_actions [B, H, A]; task: the B instructions the reward/success heads judge by. `steps` overrides the sampler's step count. With `use_cache` each frame's
         keys/values are computed once and kept for the next `dit.context_frames` frames; without it every denoising
         step re-runs the whole history (the reference path, same result up to float error).
         Returns frames [B, H, (V,) 3, H, W] in [0, 1], rewards [B, H] and success probabilities [B, H],
@@ -448,7 +453,7 @@ class WorldModel(nn.Module):
                 x0, torch.randn(x0.shape, generator=generator, device=dev), torch.tensor(s, device=dev)
             )
             features, cache, history = self._context_pass(clean_new, last, a, yes, index, cache, history)
-            out = self.heads(features[:, 0])
+            out = self.heads(features[:, 0], task)
             rewards.append(out["reward"])
             success.append(torch.sigmoid(out["success_logit"]))
             last = clean_new

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from common.checkpoint import save_json
+from common.checkpoint import load_matching_weights, save_json
 from common.training import TrainLoopConfig, run_training
 from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from data.stats import dataset_stats
@@ -43,6 +43,9 @@ class TrainWorldModelConfig:
     window: int = 6  # frames per training window
     output_dir: str = "outputs/world_model/tiny"
     resume: bool = False
+    # Start from this world model's weights (a pretrained_model/ directory) instead of random ones: to
+    # fine-tune on new data, or after adding a part (its new parameters start fresh). Stats are recomputed.
+    init_from: str = ""
 
 
 def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
@@ -102,6 +105,8 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
     train_eps, held_eps = dataset.split()
     stats = dataset_stats(dataset, train_eps)
     model = WorldModel(cfg.model, stats)
+    if cfg.init_from and not cfg.resume:
+        load_matching_weights(model, Path(cfg.init_from) / "model.safetensors")
     windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
     eval_windows = held_out_windows(dataset, held_eps, cfg.eval)
     return run_training(

@@ -209,6 +209,7 @@ class WorldModelEnv:
             steps=self.config.sampler_steps or None,
             generator=self._generator,
             use_cache=self.config.use_cache,
+            task=self._task,
         )
         k = chunk.shape[1]
         states = self.integrate_state(self._state, chunk)

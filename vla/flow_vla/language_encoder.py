@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import re
-import zlib
-
 import torch
 from torch import nn
 
+from common.text import hashed_batch
 from vla.flow_vla.configuration_flow_vla import LanguageConfig
-
-_WORD = re.compile(r"[a-z0-9]+")
 
 
 class HashWordEncoder(nn.Module):
@@ -27,16 +23,8 @@ class HashWordEncoder(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_buckets + 1, dim, padding_idx=0)
         self.pos = nn.Parameter(torch.randn(cfg.max_words, dim) * 0.02)
 
-    def token_ids(self, text: str) -> list[int]:
-        words = _WORD.findall(text.lower())[: self.max_words] or ["<empty>"]
-        return [1 + zlib.crc32(w.encode()) % self.buckets for w in words]
-
     def forward(self, texts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = torch.zeros(len(texts), self.max_words, dtype=torch.long)
-        for i, text in enumerate(texts):
-            row = self.token_ids(text)
-            ids[i, : len(row)] = torch.tensor(row)
-        ids = ids.to(device)
+        ids = hashed_batch(texts, self.buckets, self.max_words).to(device)
         pad = ids == 0
         return self.embed(ids) + self.pos, pad
 
