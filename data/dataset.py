@@ -126,7 +126,11 @@ def _vector_dim(root: Path, key: str, feature: dict | None, expected: int) -> in
             "expected a float vector of shape (D,)"
         )
     if expected and shape[0] != expected:
-        raise DatasetError(f"dataset {root}: feature {key!r} has size {shape[0]}, expected {expected}")
+        field_name = "state_dim" if key == STATE else "action_dim"
+        raise DatasetError(
+            f"dataset {root}: feature {key!r} has size {shape[0]}, expected {expected} (DatasetConfig."
+            f"{field_name}, which the trainers set from the model config: build the model for size {shape[0]})"
+        )
     return int(shape[0])
 
 
