@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from lerobot.robots import RobotConfig, make_robot_from_config
 
-from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
+from sim.embodiment import SO101_ARM, TABLETOP_ARM, EmbodimentSpec
 
 logger = logging.getLogger(__name__)
 
@@ -50,18 +50,6 @@ class SimRobotConfig(RobotConfig):
     camera_names: tuple[str, ...] = ("front", "wrist")
     backend: str = "mujoco"  # physics/rendering: mujoco | genesis (pip install 'worldloop[genesis]')
 
-
-# SO-100/SO-101 in LeRobot's degree mode (gripper 0-100). Conservative starting limits: widen them only
-# after checking the calibrated range of your arm.
-SO101_ARM = EmbodimentSpec(
-    name="so101_follower",
-    joint_names=("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"),
-    position_lower=(-110.0, -100.0, -100.0, -100.0, -150.0, 0.0),
-    position_upper=(110.0, 100.0, 100.0, 100.0, 150.0, 100.0),
-    velocity_limit=(120.0, 120.0, 120.0, 150.0, 180.0, 200.0),
-    acceleration_limit=(600.0, 600.0, 600.0, 800.0, 900.0, 1000.0),
-    fps=30,
-)
 
 EMBODIMENTS = {"sim": TABLETOP_ARM, "so100_follower": SO101_ARM, "so101_follower": SO101_ARM}
 

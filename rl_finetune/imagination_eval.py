@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from data.features import image_key
+from sim.embodiment import TABLETOP_ARM
 from vla.policy import Policy
 from vla.sim_evaluation import wilson_interval
 from world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
@@ -34,6 +35,12 @@ class ImaginationEvalConfig:
     success_threshold: float = 0.5
     batch_envs: int = 10  # episodes imagined together
     videos: int = 4  # episodes written as mp4; 0 for none
+    # The arm the world model acts for (a name in sim/embodiment.py): the imagined servo state's limits.
+    embodiment: str = TABLETOP_ARM.name
+    # "" -> episodes start from simulator resets (the tabletop arm only); else a LeRobotDataset v3 directory
+    # whose first `episodes` episodes give the first frames (no simulator: --compare-sim is not possible).
+    starts_dataset: str = ""
+    starts_resize: str = ""  # dataset frames of another size than the world model's: crop | stretch
 
     def env_config(self, sim_max_steps: int) -> WorldModelEnvConfig:
         return WorldModelEnvConfig(

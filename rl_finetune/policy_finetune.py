@@ -36,15 +36,14 @@ from common.checkpoint import (
     save_json,
     save_torch,
 )
-from data.dataset import DatasetConfig, EpisodeDataset
-from rl_finetune import initial_states
 from rl_finetune.closed_loop_config import LoopConfig
 from rl_finetune.flow_policy_gradient import FlowPolicyTrainer
 from rl_finetune.grpo import GRPOConfig, GRPOTrainer
 from rl_finetune.imagination_eval import check_cameras, evaluate_in_imagination
-from rl_finetune.policy_ranking import sim_starts
+from rl_finetune.policy_ranking import dataset_starts, sim_starts
 from rl_finetune.ppo import PPOConfig, PPOTrainer
 from rl_finetune.sim_steps import count_sim_steps
+from sim.embodiment import TABLETOP_ARM, embodiment_by_name
 from vla.factory import load_policy
 from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 from world_model.model import WorldModel
@@ -62,6 +61,7 @@ class StartsConfig:
     count: int = 32  # distinct initial states in the training pool
     seed: int = 0  # sim: reset seeds seed..seed+count-1 (keep clear of eval.seed)
     dataset_root: str = ""  # dataset: a LeRobotDataset v3 directory; its first `count` episodes
+    resize: str = ""  # dataset: frames of another size than the world model's: crop | stretch
 
 
 @dataclass
@@ -80,6 +80,9 @@ class FinetuneEvalConfig:
 class FinetunePolicyConfig:
     policy: PolicyPath = field(default_factory=PolicyPath)
     world_model: str = ""  # a pretrained world-model directory
+    # The arm the world model acts for (a name in sim/embodiment.py). Held-out evaluation runs in the
+    # MuJoCo simulator, so only its arm can be fine-tuned today; another name fails in validate().
+    embodiment: str = TABLETOP_ARM.name
     output_dir: str = "outputs/finetune/tiny"
     iterations: int = 30
     seed: int = 0
@@ -103,6 +106,14 @@ class FinetunePolicyConfig:
             raise ValueError("--policy.path is required: the BC policy directory to fine-tune")
         if not self.world_model:
             raise ValueError("--world_model is required: a directory written by train_world_model.py")
+        embodiment_by_name(self.embodiment)
+        if self.embodiment != TABLETOP_ARM.name:
+            raise ValueError(
+                f"embodiment={self.embodiment!r}: fine-tuning evaluates held-out starts in the MuJoCo "
+                f"simulator, whose only arm is {TABLETOP_ARM.name!r}; another arm can be evaluated in "
+                "imagination alone (evaluate_policy.py --backend imagination --imagination.embodiment=... "
+                "--imagination.starts_dataset=...) but not fine-tuned yet"
+            )
         if self.starts.source not in ("sim", "dataset"):
             raise ValueError(f"starts.source={self.starts.source!r}; expected 'sim' or 'dataset'")
         if self.starts.source == "dataset" and not self.starts.dataset_root:
@@ -138,9 +149,7 @@ def make_trainer(cfg: FinetunePolicyConfig, policy, env: WorldModelEnv) -> FlowP
 def training_starts(cfg: FinetunePolicyConfig, env: WorldModelEnv) -> InitialStates:
     s = cfg.starts
     if s.source == "dataset":
-        dataset = EpisodeDataset(DatasetConfig(root=s.dataset_root, cameras=list(env.cameras)))
-        episodes = dataset.episode_indices[: s.count]
-        return initial_states.from_dataset(dataset, episodes, env.cameras, context=1)
+        return dataset_starts(env, s.dataset_root, s.count, s.resize)
     if s.seed + s.count > cfg.eval.seed and cfg.eval.seed + cfg.eval.episodes > s.seed:
         raise ValueError(
             f"training start seeds {s.seed}..{s.seed + s.count - 1} overlap the evaluation seeds "
@@ -193,7 +202,8 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     policy = load_policy(cfg.policy.path, cfg.device)
-    env = WorldModelEnv(WorldModel.from_pretrained(cfg.world_model, cfg.device), cfg.env)
+    world_model = WorldModel.from_pretrained(cfg.world_model, cfg.device)
+    env = WorldModelEnv(world_model, cfg.env, embodiment=embodiment_by_name(cfg.embodiment))
     check_cameras(policy, env)
     if cfg.env.horizon != cfg.eval.sim.max_steps:
         raise ValueError(

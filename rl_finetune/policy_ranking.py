@@ -4,6 +4,8 @@ world model (and in the simulator from the very same initial states), rank them,
 Initial states are simulator resets with the evaluation seeds (rendered, never stepped), so episode i of
 the imagination run and episode i of the simulator run start from the same layout, arm pose and
 instruction. Simulator physics steps are counted (`rl_finetune.sim_steps`): the imagination run uses none.
+For an arm the simulator does not have (`--imagination.embodiment`), episodes start from the first frames
+of a dataset's episodes (`--imagination.starts_dataset`) and are imagined only.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ from pathlib import Path
 import numpy as np
 
 from common.checkpoint import save_json
+from common.config import ConfigError
+from data.dataset import DatasetConfig, EpisodeDataset
 from rl_finetune.imagination_eval import (
     ImaginationEvalConfig,
     evaluate_in_imagination,
     side_by_side,
     write_video,
 )
-from rl_finetune.initial_states import from_sim_resets
+from rl_finetune.initial_states import from_dataset, from_sim_resets
 from rl_finetune.ranking import ranking_report
 from rl_finetune.sim_steps import count_sim_steps
+from sim.embodiment import TABLETOP_ARM, embodiment_by_name
 from vla.factory import load_policy
 from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 from world_model.model import WorldModel
@@ -55,8 +60,46 @@ def load_world_model_env(
     if not cfg.world_model:
         raise ValueError("--imagination.world_model is required: a directory written by train_world_model.py")
     return WorldModelEnv(
-        WorldModel.from_pretrained(cfg.world_model, device), cfg.env_config(sim_cfg.max_steps)
+        WorldModel.from_pretrained(cfg.world_model, device),
+        cfg.env_config(sim_cfg.max_steps),
+        embodiment=embodiment_by_name(cfg.embodiment),
     )
+
+
+def dataset_starts(env: WorldModelEnv, root: str, episodes: int, resize: str = "") -> InitialStates:
+    """First frames of the dataset's first `episodes` episodes, at the world model's size and cameras."""
+    size = env.world_model.cfg.dit.image_size
+    dataset = EpisodeDataset(
+        DatasetConfig(
+            root=root,
+            cameras=list(env.cameras),
+            image_size=[size, size],
+            resize=resize,
+            state_dim=env.embodiment.num_joints,
+            action_dim=env.embodiment.num_joints,
+        )
+    )
+    available = dataset.episode_indices
+    if len(available) < episodes:
+        raise ConfigError(
+            f"dataset {root} has {len(available)} episodes; {episodes} start states were asked for"
+        )
+    return from_dataset(dataset, available[:episodes], env.cameras, context=1)
+
+
+def evaluation_starts(
+    env: WorldModelEnv, cfg: ImaginationEvalConfig, sim_cfg: SimEvalConfig, episodes: int, seed: int
+) -> InitialStates:
+    """Dataset starts with `cfg.starts_dataset`, else sim resets (which only the tabletop arm has)."""
+    if cfg.starts_dataset:
+        return dataset_starts(env, cfg.starts_dataset, episodes, cfg.starts_resize)
+    if env.embodiment.name != TABLETOP_ARM.name:
+        raise ConfigError(
+            f"imagination.embodiment={env.embodiment.name!r}: the simulator has only the "
+            f"{TABLETOP_ARM.name!r} arm, so start states cannot come from its resets; pass "
+            "--imagination.starts_dataset=<a LeRobotDataset of this arm>"
+        )
+    return sim_starts(env, sim_cfg, episodes, seed)
 
 
 def sim_starts(env: WorldModelEnv, sim_cfg: SimEvalConfig, episodes: int, seed: int) -> InitialStates:
@@ -189,14 +232,20 @@ def rank_policies(
     compare_sim: bool = True,
 ) -> dict:
     """Evaluate every policy in imagination from the sim resets of `sim_cfg` (task, arm noise) with seeds
-    seed.. ; with `compare_sim` also in the simulator from the same starts; rank; plot; save."""
+    seed.. (or from `im_cfg.starts_dataset`); with `compare_sim` also in the simulator from the same
+    starts; rank; plot; save."""
+    if compare_sim and im_cfg.starts_dataset:
+        raise ConfigError(
+            "--compare-sim runs the simulator from the imagined episodes' start states, which "
+            "--imagination.starts_dataset takes from a dataset instead: drop one of them"
+        )
     env = load_world_model_env(im_cfg, sim_cfg, device)
     if compare_sim and env.config.horizon != sim_cfg.max_steps:
         raise ValueError(
             f"imagination.horizon={env.config.horizon} differs from sim.max_steps={sim_cfg.max_steps}: "
             "compared episodes must last as long"
         )
-    starts = sim_starts(env, sim_cfg, episodes, seed)
+    starts = evaluation_starts(env, im_cfg, sim_cfg, episodes, seed)
     names = _short_names(policy_paths)
     records, rows = {}, []
     t0 = time.perf_counter()

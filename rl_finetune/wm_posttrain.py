@@ -44,7 +44,7 @@ from rl_finetune.rollout_stability import (
 )
 from rl_finetune.wm_denoise import NoisedClip, predict_x0
 from rl_finetune.wm_posttrain_eval import executability_summary, fidelity_summary, held_out_rollouts
-from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
+from sim.embodiment import EMBODIMENTS, TABLETOP_ARM, EmbodimentSpec, embodiment_by_name
 from world_model.model import WorldModel
 
 STAGES = ("stability", "executability")
@@ -92,6 +92,8 @@ class PosttrainLoopConfig(TrainLoopConfig):
 class PosttrainConfig:
     world_model: WorldModelPath = field(default_factory=WorldModelPath)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    # The arm whose joint limits the executability terms score decoded motion against (sim/embodiment.py).
+    embodiment: str = TABLETOP_ARM.name
     output_dir: str = "outputs/wm_posttrain"
     stages: list[str] = field(default_factory=lambda: ["stability", "executability"])
     resume: bool = False  # continue the unfinished stage from its last checkpoint, skip finished ones
@@ -114,6 +116,10 @@ class PosttrainConfig:
             raise ConfigError(
                 f"stages={self.stages}: expected a non-empty list of distinct names from {STAGES}"
             )
+        try:
+            embodiment_by_name(self.embodiment)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
         if self.start_stride < 1 or self.eval_start_states < 0:
             raise ConfigError("start_stride must be >= 1 and eval_start_states >= 0")
         for part in (self.rollouts, self.nft, self.fidelity, self.executability):
@@ -132,7 +138,6 @@ class PosttrainObjective(nn.Module):
         reference: WorldModel,
         stage: str,
         cfg: PosttrainConfig,
-        spec: EmbodimentSpec = TABLETOP_ARM,
     ):
         super().__init__()
         if stage not in STAGES:
@@ -142,7 +147,8 @@ class PosttrainObjective(nn.Module):
                 "the executability reward decodes actions from generated frames alone, but this model's IDM "
                 "reads the joint state (idm.use_state=True), which a rollout does not have"
             )
-        self.stage, self.cfg, self.spec = stage, cfg, spec
+        self.stage, self.cfg = stage, cfg
+        self.spec = check_embodiment(base, cfg.embodiment)
         self.policy = base
         self.policy.heads.requires_grad_(False)
         self.policy.idm.requires_grad_(False)
@@ -216,6 +222,18 @@ class PosttrainObjective(nn.Module):
         return loss, logs
 
 
+def check_embodiment(model: WorldModel, name: str) -> EmbodimentSpec:
+    """The spec called `name`, checked to have one joint per action dimension of `model`."""
+    spec = embodiment_by_name(name)
+    if model.cfg.dit.action_dim != spec.num_joints:
+        raise ConfigError(
+            f"embodiment={name!r} has {spec.num_joints} joints but the world model acts in "
+            f"{model.cfg.dit.action_dim} dims: pass --embodiment=<the arm the data was recorded on> "
+            f"(one of {sorted(EMBODIMENTS)})"
+        )
+    return spec
+
+
 def _posttrain_loss(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
     return model(batch)
 
@@ -260,10 +278,9 @@ def run_stage(
     cfg: PosttrainConfig,
     stage_dir: Path,
     resume: bool,
-    spec: EmbodimentSpec = TABLETOP_ARM,
 ) -> WorldModel:
     """One stage through the shared loop; returns the exported (EMA) world model."""
-    objective = PosttrainObjective(base, reference, stage, cfg, spec)
+    objective = PosttrainObjective(base, reference, stage, cfg)
     count = min(cfg.eval_start_states, len(eval_windows)) if eval_windows is not None else 0
     eval_indices = torch.linspace(0, len(eval_windows) - 1, count).round().long().tolist() if count else []
 
@@ -281,7 +298,7 @@ def run_stage(
         )
         return {
             **fidelity_summary(result, [1, cfg.rollouts.max_length]),
-            **executability_summary(result, spec),
+            **executability_summary(result, objective.spec),
         }
 
     exported = run_training(
@@ -297,10 +314,11 @@ def run_stage(
     return exported.policy
 
 
-def run_posttraining(cfg: PosttrainConfig, spec: EmbodimentSpec = TABLETOP_ARM) -> Path:
+def run_posttraining(cfg: PosttrainConfig) -> Path:
     """Run the configured stages in order; the last one's export is copied to <output_dir>/pretrained_model."""
     cfg.validate()
     reference = WorldModel.from_pretrained(cfg.world_model.path)
+    check_embodiment(reference, cfg.embodiment)
     context = cfg.rollouts.context or reference.cfg.dit.context_frames
     train_windows, eval_windows = _open_data(cfg, reference, context)
     output = Path(cfg.output_dir)
@@ -325,9 +343,7 @@ def run_posttraining(cfg: PosttrainConfig, spec: EmbodimentSpec = TABLETOP_ARM) 
         base = WorldModel.from_pretrained(current)
         stage_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, stage_dir / "posttrain_config.yaml")  # the settings this stage last ran with
-        run_stage(
-            stage, base, reference, train_windows, eval_windows, cfg, stage_dir, checkpoint is not None, spec
-        )
+        run_stage(stage, base, reference, train_windows, eval_windows, cfg, stage_dir, checkpoint is not None)
         current = stage_dir / "pretrained_model"
     final = output / "pretrained_model"
     with atomic_directory(final) as tmp:

@@ -1,8 +1,9 @@
-"""The embodiment spec: the arm's joints and their limits, declared once.
+"""The embodiment specs: each arm's joints and their limits, declared once, and a registry by name.
 
 Everything that must respect the robot reads its limits from here: the MuJoCo model (joint ranges and
-actuator limits are written from this spec), the scripted experts, the real-time runtime's safety layer
-and the world model's executability reward.
+actuator limits are written from this spec), the scripted experts, the real-time runtime's safety layer,
+the imagination env and the world model's executability reward. Configs name an arm with
+`embodiment: <name>` (see `EMBODIMENTS`), resolved by `embodiment_by_name`.
 """
 
 from __future__ import annotations
@@ -77,3 +78,30 @@ TABLETOP_ARM = EmbodimentSpec(
     acceleration_limit=(12.0, 12.0, 15.0, 20.0),
     fps=10,
 )
+
+
+# SO-100/SO-101 follower in LeRobot's degree mode (`so101_follower` with use_degrees=true: body joints in
+# degrees, gripper 0-100), the units its datasets record. Conservative starting limits: widen them only
+# after checking the calibrated range of your arm.
+SO101_ARM = EmbodimentSpec(
+    name="so101_follower",
+    joint_names=("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"),
+    position_lower=(-110.0, -100.0, -100.0, -100.0, -150.0, 0.0),
+    position_upper=(110.0, 100.0, 100.0, 100.0, 150.0, 100.0),
+    velocity_limit=(120.0, 120.0, 120.0, 150.0, 180.0, 200.0),
+    acceleration_limit=(600.0, 600.0, 600.0, 800.0, 900.0, 1000.0),
+    fps=30,
+)
+
+EMBODIMENTS: dict[str, EmbodimentSpec] = {spec.name: spec for spec in (TABLETOP_ARM, SO101_ARM)}
+
+
+def embodiment_by_name(name: str) -> EmbodimentSpec:
+    """The registered spec called `name` (an `embodiment:` config value)."""
+    spec = EMBODIMENTS.get(name)
+    if spec is None:
+        raise ValueError(
+            f"embodiment={name!r} is not a known arm; expected one of {sorted(EMBODIMENTS)} "
+            "(add an EmbodimentSpec to sim/embodiment.py for another robot)"
+        )
+    return spec

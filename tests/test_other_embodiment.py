@@ -1,0 +1,159 @@
+"""Imagination and post-training for an arm other than the built-in one: a 6-joint SO-101-shaped world
+model, policy and dataset (24x32 frames, one camera), selected by the `embodiment` option."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from common.config import ConfigError, parse_cli
+from data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features
+from data.stats import compute_stats
+from real_robot.robots import SimRobotConfig, embodiment_for
+from rl_finetune.imagination_eval import ImaginationEvalConfig
+from rl_finetune.policy_finetune import FinetunePolicyConfig, PolicyPath
+from rl_finetune.policy_ranking import dataset_starts, load_world_model_env, rank_policies
+from rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining
+from sim.embodiment import EMBODIMENTS, SO101_ARM, TABLETOP_ARM, embodiment_by_name
+from vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
+from vla.sim_evaluation import SimEvalConfig
+from world_model.dit import VideoDiTConfig
+from world_model.idm import InverseDynamicsConfig
+from world_model.model import WorldModel, WorldModelConfig
+
+JOINTS = SO101_ARM.num_joints
+SIZE = 16  # the models' frame size; the dataset's frames are 24x32 and resized to it
+CAMERA = "laptop"
+SIM = SimEvalConfig(task="reach", max_steps=3)
+
+
+def six_joint_world_model() -> WorldModel:
+    torch.manual_seed(0)
+    dit = VideoDiTConfig(
+        image_size=SIZE, patch_size=4, width=32, depth=1, heads=2, context_frames=2, output_conv_channels=8,
+        action_dim=JOINTS,
+    )  # fmt: skip
+    idm = InverseDynamicsConfig(channels=8, state_dim=JOINTS, action_dim=JOINTS)
+    wm = WorldModel(WorldModelConfig(dit=dit, idm=idm, cameras=(CAMERA,)))
+    with torch.no_grad():  # zero-initialised output layers would draw one grey frame whatever the input
+        for p in wm.parameters():
+            if p.dim() > 1 and not p.any():
+                p.normal_(std=0.1)
+    return wm.eval()
+
+
+def six_joint_policy() -> FlowVLAPolicy:
+    torch.manual_seed(0)
+    cfg = FlowVLAConfig(
+        cameras=(CAMERA,), image_size=(SIZE, SIZE), state_dim=JOINTS, action_dim=JOINTS, chunk_size=4,
+        n_action_steps=2, dim=32, heads=2, obs_layers=1, action_layers=1, num_inference_steps=2,
+    )  # fmt: skip
+    cfg.vision.channels = (8, 16)
+    g = np.random.default_rng(0)
+    centre = (SO101_ARM.lower() + SO101_ARM.upper()) / 2
+    stats = {key: compute_stats(g.normal(centre, 10.0, size=(500, JOINTS))) for key in (STATE, ACTION)}
+    return FlowVLAPolicy(cfg, stats).eval()
+
+
+@pytest.fixture(scope="module")
+def so101(tmp_path_factory) -> dict[str, Path]:
+    """A 3-episode SO-101-shaped LeRobotDataset (no reward features) and the saved 6-joint models."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    tmp = tmp_path_factory.mktemp("so101")
+    features = lerobot_features(tuple(f"{j}.pos" for j in SO101_ARM.joint_names), (CAMERA,), (24, 32))
+    for key in (REWARD, SUCCESS, DONE):
+        del features[key]
+    ds = LeRobotDataset.create(
+        "someone/so101", fps=SO101_ARM.fps, features=features, root=tmp / "data", use_videos=False
+    )
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        q = rng.uniform(SO101_ARM.lower() / 2, SO101_ARM.upper() / 2).astype(np.float32)
+        for t in range(8):
+            frame = {image_key(CAMERA): rng.integers(0, 255, (24, 32, 3), dtype=np.uint8), STATE: q + t}
+            ds.add_frame(frame | {ACTION: q + t + 1, TASK: "pick up the cube"})
+        ds.save_episode()
+    ds.finalize()
+    six_joint_world_model().save_pretrained(tmp / "wm")
+    six_joint_policy().save_pretrained(tmp / "policy")
+    return {"data": tmp / "data", "wm": tmp / "wm", "policy": tmp / "policy"}
+
+
+def test_registry_holds_one_definition_of_each_arm():
+    assert (
+        embodiment_by_name("worldloop_arm4") is TABLETOP_ARM
+        and embodiment_by_name("so101_follower") is SO101_ARM
+    )
+    assert SO101_ARM.joint_names[-1] == "gripper" and SO101_ARM.position_upper[-1] == 100.0  # lerobot's 0-100
+    # The deploy runtime maps robot types to the very same specs.
+    assert embodiment_for(SimRobotConfig()) is TABLETOP_ARM
+    with pytest.raises(ValueError, match=r"embodiment='ur5' is not a known arm.*so101_follower"):
+        embodiment_by_name("ur5")
+    assert set(EMBODIMENTS) == {"worldloop_arm4", "so101_follower"}
+
+
+def test_imagination_of_a_six_joint_arm_starts_from_its_dataset(so101, tmp_path):
+    default = ImaginationEvalConfig(world_model=str(so101["wm"]), horizon=3, batch_envs=2, videos=0)
+    with pytest.raises(ValueError, match="action_dim=6 but embodiment 'worldloop_arm4' has 4 joints"):
+        load_world_model_env(default, SIM)
+    cfg = ImaginationEvalConfig(**{**default.__dict__, "embodiment": "so101_follower"})
+    # Without a dataset there is nowhere to start: the simulator has only the tabletop arm.
+    with pytest.raises(ConfigError, match="imagination.starts_dataset"):
+        rank_policies([str(so101["policy"])], cfg, SIM, 2, 0, tmp_path / "none", compare_sim=False)
+    cfg.starts_dataset = str(so101["data"])
+    with pytest.raises(ConfigError, match="--compare-sim runs the simulator"):
+        rank_policies([str(so101["policy"])], cfg, SIM, 2, 0, tmp_path / "none", compare_sim=True)
+    env = load_world_model_env(cfg, SIM)
+    with pytest.raises(Exception, match=r"24x32, expected 16x16.*dataset.resize"):
+        dataset_starts(env, cfg.starts_dataset, 2)
+    with pytest.raises(ConfigError, match="has 3 episodes; 5 start states"):
+        dataset_starts(env, cfg.starts_dataset, 5, "crop")
+    starts = dataset_starts(env, cfg.starts_dataset, 2, "stretch")
+    assert starts.frames[CAMERA].shape == (2, 1, 3, SIZE, SIZE) and starts.state.shape == (2, JOINTS)
+
+    cfg.starts_resize = "stretch"
+    result = rank_policies([str(so101["policy"])], cfg, SIM, 2, 0, tmp_path / "rank", compare_sim=False)
+    record = json.loads((tmp_path / "rank" / "ranking.json").read_text())["policies"]
+    (only,) = record.values()
+    assert only["imagination"]["sim_steps"] == 0 and len(only["imagination"]["per_episode"]) == 2
+    assert [e["task"] for e in only["imagination"]["per_episode"]] == ["pick up the cube"] * 2
+    assert 0 <= result["rows"][0]["imagined"] <= 1
+
+
+def test_finetune_names_what_another_arm_needs(so101):
+    cfg = FinetunePolicyConfig(policy=PolicyPath(str(so101["policy"])), world_model=str(so101["wm"]))
+    cfg.embodiment = "so101_follower"
+    with pytest.raises(
+        ValueError, match=r"evaluates held-out starts in the MuJoCo simulator.*--backend imagination"
+    ):
+        cfg.validate()
+    cfg.embodiment = "ur5"
+    with pytest.raises(ValueError, match="not a known arm"):
+        cfg.validate()
+
+
+def test_posttraining_scores_the_six_joint_arm(so101, tmp_path):
+    args = [
+        f"--world_model.path={so101['wm']}", f"--dataset.root={so101['data']}", "--dataset.resize=crop",
+        "--dataset.held_out_fraction=0", "--stages=[executability]", "--rollouts.group_size=2",
+        "--rollouts.min_length=4", "--rollouts.max_length=4", "--fidelity.ssim_window=7", "--train.steps=1",
+        "--train.batch_size=2", "--train.report_to=none",
+    ]  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=r"embodiment='worldloop_arm4' has 4 joints but the world model acts in 6"
+    ):
+        run_posttraining(parse_cli(PosttrainConfig, [*args, f"--output_dir={tmp_path / 'wrong'}"]))
+    with pytest.raises(ConfigError, match="not a known arm"):
+        run_posttraining(parse_cli(PosttrainConfig, [*args, "--embodiment=ur5"]))
+    out = tmp_path / "so101"
+    final = run_posttraining(
+        parse_cli(PosttrainConfig, [*args, f"--output_dir={out}", "--embodiment=so101_follower"])
+    )
+    assert WorldModel.from_pretrained(final).cfg.dit.action_dim == JOINTS
+    logged = (out / "0_executability" / "posttrain_config.yaml").read_text()
+    assert "embodiment: so101_follower" in logged
