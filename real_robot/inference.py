@@ -1,6 +1,7 @@
 """Policy inference beside the control loop.
 
-`PolicyRunner` turns a robot observation into a policy batch and the answer into a numpy chunk.
+`PolicyRunner` turns a robot observation into a policy batch and the answer into a numpy chunk; camera
+frames are resized to the policy's training size on the way (a 640x480 camera drives a 64x64 policy).
 `ThreadedInference` runs it in a worker thread (the real-time path); `SimulatedLatencyInference` computes
 at once but delivers after a sampled latency on the control clock (lock-step simulation and benchmarks,
 where wall time does not matter but the delay must).
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from data.features import STATE, TASK, image_key
+from data.images import RESIZE_MODES, resize_frames
 from vla.policy import Policy
 
 logger = logging.getLogger(__name__)
@@ -57,11 +59,34 @@ def prefix_method(policy) -> Callable | None:
     return None
 
 
+def policy_image_size(policy) -> tuple[int, int] | None:
+    """The [H, W] a policy was trained at (`config.image_size`), or None when it does not declare one."""
+    size = tuple(getattr(getattr(policy, "config", None), "image_size", ()) or ())
+    if len(size) != 2 or not all(size):
+        return None
+    return int(size[0]), int(size[1])
+
+
 class PolicyRunner:
-    def __init__(self, policy: Policy, joint_names: tuple[str, ...], instruction: str, use_prefix: bool):
+    """`resize`: how a camera frame of another size than the policy's reaches it, as the training data's
+    `dataset.resize`: "crop" (centre-crop to the policy's aspect ratio, then resize), "stretch", or ""
+    (frames must already have the policy's size)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        joint_names: tuple[str, ...],
+        instruction: str,
+        use_prefix: bool,
+        resize: str = "crop",
+    ):
+        if resize not in RESIZE_MODES:
+            raise ValueError(f"PolicyRunner resize={resize!r}; expected one of {RESIZE_MODES}")
         self.policy = policy
         self.joint_names = joint_names
         self.instruction = instruction
+        self.image_size = policy_image_size(policy)
+        self.resize = resize
         self._with_prefix = prefix_method(policy) if use_prefix else None
         if use_prefix and self._with_prefix is None:
             logger.warning(
@@ -84,9 +109,25 @@ class PolicyRunner:
         batch: dict = {STATE: state, TASK: [self.instruction]}
         for key, value in observation.items():
             if isinstance(value, np.ndarray) and value.ndim == 3:
-                image = torch.from_numpy(np.ascontiguousarray(value)).permute(2, 0, 1).float() / 255.0
-                batch[image_key(key)] = image.unsqueeze(0)
+                image = torch.from_numpy(np.ascontiguousarray(value)).permute(2, 0, 1)
+                batch[image_key(key)] = self._to_policy_size(key, image).float().unsqueeze(0) / 255.0
         return batch
+
+    def _to_policy_size(self, camera: str, image: torch.Tensor) -> torch.Tensor:
+        """uint8 [3, H, W] at the policy's size, resized as the training frames were (data/images.py)."""
+        if image.dtype != torch.uint8 or image.shape[0] != 3:
+            raise ValueError(
+                f"camera {camera!r}: expected a uint8 HxWx3 image, got {image.dtype} of shape "
+                f"{tuple(image.permute(1, 2, 0).shape)}"
+            )
+        if self.image_size is None or tuple(image.shape[-2:]) == self.image_size:
+            return image
+        if not self.resize:
+            raise ValueError(
+                f"camera {camera!r} gives {image.shape[-2]}x{image.shape[-1]} frames but the policy expects "
+                f"{self.image_size[0]}x{self.image_size[1]} and resizing is off (resize='crop' or 'stretch')"
+            )
+        return resize_frames(image, self.image_size, self.resize)
 
     @torch.no_grad()
     def __call__(self, request: InferenceRequest) -> np.ndarray:
