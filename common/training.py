@@ -21,6 +21,7 @@ Layout under `output_dir`:
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -49,6 +50,8 @@ from common.ema import EMA
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
 SaveFn = Callable[[nn.Module, Path], None]
 EvalFn = Callable[[nn.Module, int, Path], "dict[str, float]"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -84,6 +87,33 @@ def _validate(cfg: TrainLoopConfig) -> None:
         raise ValueError(f"train.report_to must be tensorboard, wandb or none, got {cfg.report_to!r}")
     if not 0.0 <= cfg.ema_decay < 1.0:
         raise ValueError(f"train.ema_decay must be in [0, 1), got {cfg.ema_decay}")
+
+
+def check_launcher_flags(cfg: TrainLoopConfig, env: dict[str, str] | None = None) -> str | None:
+    """Reconcile what `accelerate launch` passes through the environment with the loop's own settings.
+
+    The loop counts optimiser steps itself (`train.grad_accum` micro-batches per step). accelerate reads
+    ACCELERATE_GRADIENT_ACCUMULATION_STEPS (its `--gradient_accumulation_steps`) before the value it is
+    given, so another value there would make it skip optimiser steps that the loop, its schedule and its
+    checkpoints count: that is an error. Its `--mixed_precision` (and `accelerate config`'s) arrives as
+    ACCELERATE_MIXED_PRECISION but the value the loop passes wins: a different one gets the returned warning.
+    """
+    env = os.environ if env is None else env
+    accum = env.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS")
+    if accum is not None and accum.strip() != str(cfg.grad_accum):
+        raise ValueError(
+            f"accelerate's gradient accumulation ({accum!r}: accelerate launch --gradient_accumulation_steps "
+            f"or ACCELERATE_GRADIENT_ACCUMULATION_STEPS) differs from train.grad_accum={cfg.grad_accum}; the "
+            f"loop counts optimiser steps itself: drop the launcher flag and pass --train.grad_accum={accum}"
+        )
+    precision = env.get("ACCELERATE_MIXED_PRECISION", "").strip().lower()
+    if precision and precision != cfg.mixed_precision:
+        return (
+            f"accelerate's mixed precision {precision!r} (accelerate launch --mixed_precision or accelerate "
+            f"config) is ignored: this run uses train.mixed_precision={cfg.mixed_precision!r}; pass "
+            f"--train.mixed_precision={precision} to change it"
+        )
+    return None
 
 
 def lr_lambda(cfg: TrainLoopConfig) -> Callable[[int], float]:
@@ -167,6 +197,7 @@ def run_training(
     from accelerate.utils import DistributedDataParallelKwargs, gather_object
 
     _validate(cfg)
+    launcher_note = check_launcher_flags(cfg)
     output_dir = Path(output_dir)
     accelerator = Accelerator(
         mixed_precision=cfg.mixed_precision,
@@ -176,6 +207,8 @@ def run_training(
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.find_unused_parameters)],
     )
     rank, world = accelerator.process_index, accelerator.num_processes
+    if launcher_note and accelerator.is_main_process:
+        logger.warning(launcher_note)
     if accelerator.device.type == "cpu" and world > 1 and "OMP_NUM_THREADS" not in os.environ:
         # Several CPU processes on one machine: split the cores instead of oversubscribing them.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
