@@ -5,7 +5,7 @@ snapshots and runs on fewer demonstrations act worse than late ones on more, whi
 widely at no extra training cost. Each candidate is evaluated in the sim on the same seeds, copied to
 `<zoo_dir>/<name>/`, and listed with its measured success in `<zoo_dir>/zoo.json`.
 
-python benchmarks/policy_bc_success.py --output_root=outputs/bench/policy_bc_v2   # trains the 20/60/360ep runs
+python benchmarks/policy_bc_success.py --output_root=outputs/bench/policy_bc_v3   # trains the 20/60/360ep runs
 python benchmarks/make_policy_zoo.py
 
 Every policy reads only the cameras in `cameras` (default: front, the one the world model draws), so
@@ -33,13 +33,13 @@ from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim  # noqa: E402
 class ZooConfig:
     runs: list[str] = field(
         default_factory=lambda: [
-            "outputs/bench/policy_bc_v2/20ep",
-            "outputs/bench/policy_bc_v2/60ep",
-            "outputs/bench/policy_bc_v2/360ep",
+            "outputs/bench/policy_bc_v3/20ep",
+            "outputs/bench/policy_bc_v3/60ep",
+            "outputs/bench/policy_bc_v3/360ep",
         ]
     )
     # Training steps whose snapshots are taken from every run (each must have been checkpointed).
-    steps: list[int] = field(default_factory=lambda: [100, 200, 1000])
+    steps: list[int] = field(default_factory=lambda: [100, 300, 400, 500, 600, 2000])
     cameras: list[str] = field(default_factory=lambda: ["front"])
     eval_episodes: int = 30
     eval_seed: int = 200_000  # not the BC benchmark's seeds
