@@ -47,7 +47,7 @@ def test_dit_shapes(views):
     x, prev, a, valid, t = dit_inputs(2, 3, views)
     out, features, kv = dit(x, prev, a, valid, t, torch.arange(3))
     assert out.shape == x.shape
-    assert features.shape == (2, 3, 32)
+    assert features.shape == (2, 3, views * 16, 32)  # every token of every frame, for the heads
     assert len(kv) == 2 and kv[0][0].shape == (2, 2, 3 * views * 16, 16)
 
 

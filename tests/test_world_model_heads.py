@@ -17,7 +17,7 @@ def test_hashed_words_are_stable_and_padded():
 def test_heads_learn_a_task_dependent_success():
     torch.manual_seed(0)
     heads = OutcomeHeads(width=16, hidden=32)
-    features = torch.randn(1, 16).expand(8, 16)  # the same frame for every sample
+    features = torch.randn(1, 5, 16).expand(8, 5, 16)  # the same frame (5 tokens) for every sample
     tasks = ["reach the red cube", "reach the blue cube"] * 4
     labels = torch.tensor([1.0, 0.0] * 4)  # success only under the first instruction
     opt = torch.optim.Adam(heads.parameters(), 1e-2)
@@ -34,8 +34,8 @@ def test_heads_learn_a_task_dependent_success():
 
 def test_heads_shapes_and_errors():
     heads = OutcomeHeads(width=16)
-    out = heads(torch.randn(3, 5, 16), ["a", "b", "c"])
+    out = heads(torch.randn(3, 5, 7, 16), ["a", "b", "c"])  # 5 frames of 7 tokens
     assert out["success_logit"].shape == (3, 5)
-    assert heads(torch.randn(3, 16))["reward"].shape == (3,)  # no task: the zero embedding
+    assert heads(torch.randn(3, 7, 16))["reward"].shape == (3,)  # no task: the zero embedding
     with pytest.raises(ValueError, match="2 instructions for a batch of 3"):
-        heads(torch.randn(3, 16), ["a", "b"])
+        heads(torch.randn(3, 7, 16), ["a", "b"])

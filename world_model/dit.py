@@ -198,7 +198,7 @@ class VideoDiT(nn.Module):
         x, prev: [B, F, V, C, H, W] (prev: each frame's previous clean frame, when configured); actions
         [B, F, A]; action_valid, t: [B, F]; time_index: [F] frame indices (for rotary time); kv_cache: per
         block the keys/values of earlier frames these frames attend to.
-        Returns the output [B, F, V, C, H, W], pooled final features per frame [B, F, D] (for the heads)
+        Returns the output [B, F, V, C, H, W], the final tokens of each frame [B, F, frame_len, D] (for the heads)
         and per block the keys/values of these frames (for appending to a cache).
         """
         cfg = self.cfg
@@ -219,7 +219,7 @@ class VideoDiT(nn.Module):
             new_kv.append(kv)
         shift, scale = self.final_ada(F.silu(cond)).chunk(2, -1)
         h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)
-        features = h.view(b, nf, cfg.frame_len, cfg.width).mean(2)
+        features = h.view(b, nf, cfg.frame_len, cfg.width)
         out = self._unpatchify(self.final(h), b, nf)
         if cfg.residual_to_previous_frame:
             out = out + prev

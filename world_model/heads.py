@@ -1,14 +1,16 @@
 """Reward / success / done heads: the world model tells the policy how it is doing.
 
-They read the backbone's pooled features of a frame in the clean (context) pass, i.e. of a frame after it
-is generated, so in a rollout they cost nothing extra: the pass that caches the new frame's keys/values
+They read the backbone's final tokens of a frame in the clean (context) pass, i.e. of a frame after it is
+generated, so in a rollout they cost nothing extra: the pass that caches the new frame's keys/values
 also produces these features. Frame i's outputs are the labels of the transition i-1 -> i
 (`next.reward`, `next.success`, `next.done` of step i-1 in LeRobot's alignment).
 
 Success depends on the instruction as much as on the picture ("reach the red cube" and "reach the blue
-cube" differ only in words), so the heads also read the task: its hashed words (common/text.py), mixed
-with the frame features through a hidden layer so the two can interact. Without a task the embedding is
-zero, as for an empty instruction.
+cube" differ only in words), so the heads also read the task: its hashed words (common/text.py). The
+task embedding is the query of an attention pooling over the frame's tokens (look where the named object
+is), and the pooled vector, the mean token and the task embedding meet in a hidden layer. A mean over
+tokens alone lost where things are: that head learned its training episodes by heart (success AUROC 0.999
+on training episodes, 0.68 on held-out ones). Without a task the embedding is zero.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ class OutcomeHeads(nn.Module):
         self.task_buckets, self.task_words = task_buckets, task_words
         self.trunk = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden), nn.SiLU())
         self.task_embed = nn.EmbeddingBag(task_buckets + 1, hidden, mode="mean", padding_idx=0)
-        self.mix = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.SiLU())
+        self.query = nn.Linear(hidden, hidden)
+        self.mix = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.SiLU())
         self.out = nn.Linear(hidden, 3)  # reward (normalised), success logit, done logit
 
     def task_features(self, task: list[str] | None, batch: int, device: torch.device) -> torch.Tensor:
@@ -36,10 +39,16 @@ class OutcomeHeads(nn.Module):
             raise ValueError(f"outcome heads: {len(task)} instructions for a batch of {batch}")
         return self.task_embed(hashed_batch(list(task), self.task_buckets, self.task_words).to(device))
 
-    def forward(self, features: torch.Tensor, task: list[str] | None = None) -> dict[str, torch.Tensor]:
-        """features [B, ..., width], task: B instructions -> reward, success_logit, done_logit [B, ...]."""
-        h = self.trunk(features)
+    def forward(self, tokens: torch.Tensor, task: list[str] | None = None) -> dict[str, torch.Tensor]:
+        """tokens [B, ..., P, width] (P tokens of a frame), task: B instructions -> reward, success_logit,
+        done_logit [B, ...]."""
+        h = self.trunk(tokens)
+        lead = [1] * (h.dim() - 2)  # the dims between the batch and the tokens
         t = self.task_features(task, h.shape[0], h.device)
-        t = t.view(h.shape[0], *[1] * (h.dim() - 2), -1).expand_as(h)
-        reward, success, done = self.out(self.mix(torch.cat([h, t], -1))).unbind(-1)
+        q = self.query(t).view(h.shape[0], *lead[:-1], 1, -1)
+        weights = torch.softmax((h * q).sum(-1) / h.shape[-1] ** 0.5, -1)
+        pooled = (weights.unsqueeze(-1) * h).sum(-2)
+        t = t.view(h.shape[0], *lead[:-1], -1).expand_as(pooled)
+        z = self.mix(torch.cat([pooled, h.mean(-2), t], -1))
+        reward, success, done = self.out(z).unbind(-1)
         return {"reward": reward, "success_logit": success, "done_logit": done}
