@@ -31,11 +31,14 @@ class QuickstartConfig:
     run: str = "tiny"  # outputs/<run>/
     output_root: str = "outputs"
     task: str = "reach"  # reach | push
-    demo_episodes: int = 200  # expert demos for the world model and the policy
-    demo_skill_range: list[float] = field(default_factory=lambda: [0.3, 1.0])
+    # Scripted episodes of mixed skill, not stopped at success: the world model learns from failures and
+    # from what success looks like; BC trains on the episodes that succeeded.
+    demo_episodes: int = 300
+    demo_skill_range: list[float] = field(default_factory=lambda: [0.0, 1.0])
+    demo_steps: int = 40
     world_model_steps: int = 2000
-    posttrain_steps: int = 20  # per post-training stage; ~30 s a step on 2 CPU cores
-    policy_steps: int = 1500
+    posttrain_steps: int = 20  # per post-training stage; a few seconds a step on 2 CPU cores
+    policy_steps: int = 2000  # the tiny FlowVLA recipe: 100/100 on reach with 360 skill-1.0 demos
     eval_episodes: int = 50
     finetune_iterations: int = 20
     finetune_group_size: int = 8  # GRPO rollouts per imagined start
@@ -107,6 +110,9 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
                 f"--task={cfg.task}",
                 f"--episodes={cfg.demo_episodes}",
                 f"--skill_range={json.dumps(cfg.demo_skill_range)}",
+                f"--max_steps={cfg.demo_steps}",
+                "--cameras=[front]",  # the camera the world model draws and the policy reads
+                "--terminate_on_success=false",
                 "--overwrite=true",
             ],
             data / "meta" / "recording.json",
@@ -149,6 +155,7 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
                 f"--output_dir={pol}",
                 f"--train.steps={cfg.policy_steps}",
                 f"--eval.env.task={cfg.task}",
+                "--successful_episodes_only=true",
                 # The policy reads only the camera the world model draws, so it can run in imagination.
                 "--policy.flow_vla.cameras=[front]",
             ],
