@@ -12,6 +12,9 @@ APT_PACKAGES := libegl1 libgl1 libgles2 libosmesa6 libavutil57 libavcodec59 liba
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= egl
 export HF_HUB_OFFLINE ?= 1
+# The CUDA build of torch that lerobot's pin pulls in is ~3 GB of wheels: not caching them keeps the peak disk
+# use of a fresh install near the venv's own ~11 GB.
+export PIP_NO_CACHE_DIR ?= 1
 
 .PHONY: setup apt venv quickstart test lint
 
