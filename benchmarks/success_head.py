@@ -47,16 +47,13 @@ def success_probabilities(
     probs, labels = [], []
     for i in range(0, len(episodes), batch):
         starts = [dataset.episodes[e].start for e in episodes[i : i + batch]]
-        frames = torch.stack([table.images[camera][s : s + length] for s in starts]).float() / 255
-        actions = torch.stack([table.action[s : s + length] for s in starts])
-        x = wm.frames_in(frames.unsqueeze(2))
-        a = wm.lead_action_features(wm.normalize_action(actions))
-        valid = torch.ones(x.shape[:2], dtype=torch.bool)
-        valid[:, 0] = False
-        prev = torch.cat([x[:, :1], x[:, :-1]], 1)
-        features, _, _ = wm._context_pass(x, prev, a, valid, torch.arange(length), None, None)
+        window = [slice(s, s + length) for s in starts]
+        frames = torch.stack([table.images[camera][w] for w in window]).float() / 255
+        actions = torch.stack([table.action[w] for w in window])
+        state = torch.stack([table.state[w] for w in window])
+        features = wm.real_frame_features(frames.unsqueeze(2), actions)
         task = [table.task[s] for s in starts]
-        probs.append(torch.sigmoid(wm.heads(features[:, 1:], task)["success_logit"]))
+        probs.append(torch.sigmoid(wm.outcomes(features[:, 1:], task, state[:, 1:])["success_logit"]))
         labels.append(torch.stack([table.success[s : s + length - 1] for s in starts]).float())
     return torch.cat(probs), torch.cat(labels)
 

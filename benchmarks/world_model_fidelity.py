@@ -56,8 +56,7 @@ class FidelityBenchmarkConfig:
 
 
 def subset(w: HeldOutWindows, n: int, length: int | None = None) -> HeldOutWindows:
-    sl = slice(None, length)
-    return HeldOutWindows(w.frames[:n, sl], w.actions[:n, sl], w.reward[:n, sl], w.success[:n, sl])
+    return w.select(slice(None, n), slice(None, length))
 
 
 def timed_rollout(model: WorldModel, w: HeldOutWindows, context: int, batch: int, steps: int, use_cache=True):
@@ -65,6 +64,8 @@ def timed_rollout(model: WorldModel, w: HeldOutWindows, context: int, batch: int
     reps = -(-batch // len(w))
     frames = w.frames.repeat(reps, 1, 1, 1, 1, 1)[:batch]
     actions = w.actions.repeat(reps, 1, 1)[:batch]
+    state = None if w.state is None else w.state.repeat(reps, 1, 1)[:batch, context:]
+    task = None if w.task is None else (w.task * reps)[:batch]
     gen = torch.Generator().manual_seed(0)
     t0 = time.perf_counter()
     model.rollout(
@@ -74,6 +75,8 @@ def timed_rollout(model: WorldModel, w: HeldOutWindows, context: int, batch: int
         steps=steps,
         generator=gen,
         use_cache=use_cache,
+        task=task,
+        future_state=state,
     )
     return time.perf_counter() - t0
 

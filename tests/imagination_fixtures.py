@@ -7,6 +7,7 @@ import vla_fixtures
 
 from vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
 from world_model.dit import VideoDiTConfig
+from world_model.heads import OutcomeHeadsConfig
 from world_model.model import WorldModel, WorldModelConfig
 from world_model.world_model_env import InitialStates
 
@@ -14,7 +15,10 @@ IMAGE_SIZE = 16
 
 
 def tiny_world_model(
-    seed: int = 0, cameras: tuple[str, ...] = ("front",), context_frames: int = 2
+    seed: int = 0,
+    cameras: tuple[str, ...] = ("front",),
+    context_frames: int = 2,
+    heads_use_state: bool = False,
 ) -> WorldModel:
     torch.manual_seed(seed)
     dit = VideoDiTConfig(
@@ -27,7 +31,8 @@ def tiny_world_model(
         context_frames=context_frames,
         output_conv_channels=8,
     )
-    wm = WorldModel(WorldModelConfig(dit=dit, cameras=cameras))
+    heads = OutcomeHeadsConfig(use_state=heads_use_state)
+    wm = WorldModel(WorldModelConfig(dit=dit, cameras=cameras, heads=heads))
     # Zero-initialised output layers would draw a constant grey frame: give them weights so frames depend
     # on the noise, the context and the actions.
     with torch.no_grad():

@@ -176,3 +176,21 @@ def test_reset_from_sim_frames():
     torch.testing.assert_close(obs[STATE][0], torch.from_numpy(obs0[STATE]))
     obs, reward, *_ = env.step(torch.from_numpy(obs0[STATE])[None, None].repeat(2, 2, 1))
     assert torch.isfinite(reward).all()
+
+
+def test_heads_read_the_integrated_state(monkeypatch):
+    wm = tiny_world_model(heads_use_state=True)
+    seen = []
+    heads_forward = wm.heads.forward
+
+    def spy(tokens, task=None, state=None):
+        seen.append(state)
+        return heads_forward(tokens, task, state)
+
+    monkeypatch.setattr(wm.heads, "forward", spy)
+    env = WorldModelEnv(wm)
+    env.reset(random_starts(2), seed=0)
+    _, _, _, _, info = env.step(torch.rand(2, 3, 4))
+    assert len(seen) == 3
+    for k, state in enumerate(seen):
+        torch.testing.assert_close(state, wm.normalize_state(info["state"][:, k]))

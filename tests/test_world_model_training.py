@@ -189,3 +189,27 @@ def test_two_process_cpu_ddp_smoke(tmp_path, tiny_lerobot_dataset):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (out / "pretrained_model" / "model.safetensors").is_file()
     assert "world_size" in (out / "checkpoints" / "0000002" / "training_state" / "state.json").read_text()
+
+
+def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_lerobot_dataset):
+    root = tiny_lerobot_dataset(tmp_path, episodes=3, length=8, image_size=(SIZE, SIZE))
+    args = tiny_train_args(root, tmp_path / "heads", steps=3)
+    with pytest.raises(ValueError, match="init_from"):
+        train(parse_cli(TrainWorldModelConfig, [*args, "--heads_only=true"]))
+    base_cfg = tiny_model_config()
+    torch.manual_seed(0)
+    WorldModel(base_cfg).save_pretrained(tmp_path / "base")  # heads without state: refitted with it
+    args += ["--heads_only=true", f"--init_from={tmp_path / 'base'}", "--model.heads.use_state=true"]
+    trained = train(parse_cli(TrainWorldModelConfig, [*args, "--train.lr=1e-2"]))
+    base = WorldModel.from_pretrained(tmp_path / "base").state_dict()
+    after = trained.state_dict()
+    frozen = [k for k in base if not k.startswith("heads.")]
+    assert frozen and all(torch.equal(base[k], after[k]) for k in frozen)
+    assert any(not torch.equal(base[k], after[k]) for k in base if k.startswith("heads."))
+    assert any(k.startswith("heads.state_embed") for k in after)
+    with pytest.raises(ValueError, match="does not fit"):
+        train(
+            parse_cli(
+                TrainWorldModelConfig, [*args, "--model.dit.width=64", "--output_dir=" + str(tmp_path / "x")]
+            )
+        )

@@ -57,12 +57,25 @@ def masked_psnr(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) ->
 @dataclass
 class HeldOutWindows:
     """Real windows to score against: frames [N, C+H, (V,) 3, H, W] in [0, 1], actions [N, C+H, A],
-    reward / success [N, C+H] (the labels of the transition out of each frame)."""
+    reward / success [N, C+H] (the labels of the transition out of each frame), joint states [N, C+H, S]
+    and instructions (N), which the outcome heads read."""
 
     frames: torch.Tensor
     actions: torch.Tensor
     reward: torch.Tensor
     success: torch.Tensor
+    state: torch.Tensor | None = None
+    task: list[str] | None = None
+
+    def select(self, rows: slice, frames: slice = slice(None)) -> HeldOutWindows:
+        return HeldOutWindows(
+            self.frames[rows, frames],
+            self.actions[rows, frames],
+            self.reward[rows, frames],
+            self.success[rows, frames],
+            None if self.state is None else self.state[rows, frames],
+            None if self.task is None else self.task[rows],
+        )
 
     def __len__(self) -> int:
         return self.frames.shape[0]
@@ -103,6 +116,8 @@ def imagine(
             steps=steps,
             generator=gen,
             use_cache=use_cache,
+            task=None if windows.task is None else windows.task[sl],
+            future_state=None if windows.state is None else windows.state[sl, context:],
         )
         frames.append(f)
         rewards.append(r)

@@ -25,7 +25,7 @@ from data.stats import Normalizer, Stats, load_stats, save_stats
 from world_model import flow
 from world_model.codec import AutoencoderConfig, FrameCodec
 from world_model.dit import VideoDiT, VideoDiTConfig
-from world_model.heads import OutcomeHeads
+from world_model.heads import OutcomeHeads, OutcomeHeadsConfig
 from world_model.idm import InverseDynamicsConfig, InverseDynamicsModel
 from world_model.sampler import SamplerConfig, sample
 
@@ -37,6 +37,7 @@ class WorldModelConfig:
     dit: VideoDiTConfig = field(default_factory=VideoDiTConfig)
     idm: InverseDynamicsConfig = field(default_factory=InverseDynamicsConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)  # the default rollout sampler
+    heads: OutcomeHeadsConfig = field(default_factory=OutcomeHeadsConfig)  # reward / success / done
     autoencoder: AutoencoderConfig = field(
         default_factory=AutoencoderConfig
     )  # latent space when a path is set
@@ -64,6 +65,7 @@ class WorldModelConfig:
     def validate(self) -> None:
         self.dit.validate()
         self.sampler.validate()
+        self.heads.validate()
         if self.parameterisation not in flow.PARAMETERISATIONS:
             raise ValueError(
                 f"parameterisation={self.parameterisation!r}; expected one of {flow.PARAMETERISATIONS}"
@@ -113,7 +115,7 @@ class WorldModel(nn.Module):
         cfg.validate()
         self.cfg = cfg
         self.dit = VideoDiT(cfg.dit)
-        self.heads = OutcomeHeads(cfg.dit.width)
+        self.heads = OutcomeHeads(cfg.dit.width, cfg.heads, cfg.idm.state_dim)
         self.codec = FrameCodec(cfg.autoencoder)
         self.pixel_size = cfg.autoencoder.image_size if self.codec.latent else cfg.dit.image_size
         if self.codec.latent and self.codec.latent_shape() != (cfg.dit.channels, cfg.dit.image_size):
@@ -157,6 +159,61 @@ class WorldModel(nn.Module):
     def normalize_state(self, s: torch.Tensor) -> torch.Tensor:
         return self.normalizer.normalize(STATE, s)
 
+    def outcomes(
+        self, features: torch.Tensor, task: list[str] | None, state: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        """The heads on frame features [B, ..., P, D], with the frames' joint states [B, ..., S] in dataset
+        units (read only with `heads.use_state`)."""
+        if not self.cfg.heads.use_state:
+            return self.heads(features, task)
+        if state is None:
+            raise ValueError(
+                "heads.use_state=True: the outcome heads need the joint state of each frame "
+                "(observation.state in training, `future_state` in a rollout)"
+            )
+        return self.heads(features, task, self.normalize_state(state.float()))
+
+    def real_frame_features(self, frames: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Features [B, T, (V·)P, D] of real frames [B, T, (V,) 3, H, W] passed as clean context under their
+        actions [B, T, A] (action t leads from frame t to t + 1): what the heads read in a rollout."""
+        pixels, _ = self._with_views(frames, "frames")
+        x = self.codec.encode(self.frames_in(pixels))
+        a = self.lead_action_features(self.normalize_action(actions))
+        valid = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        valid[:, 0] = False
+        prev = torch.cat([x[:, :1], x[:, :-1]], 1)
+        index = torch.arange(x.shape[1], device=x.device)
+        features, _, _ = self._context_pass(x, prev, a, valid, index, None, None)
+        return features
+
+    def heads_loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss of the outcome heads alone on real windows, the rest of the model frozen (fitting or
+        re-fitting the heads on more labelled episodes is cheap: one no-grad pass, no diffusion)."""
+        with torch.no_grad():
+            features = self.real_frame_features(batch["frames"], batch["actions"])
+        state = batch.get("state")
+        pred = self.outcomes(features[:, 1:], batch.get("task"), None if state is None else state[:, 1:])
+        outcomes = {k: batch[k] for k in ("reward", "success", "done") if k in batch}
+        if not outcomes:
+            raise KeyError(
+                f"heads-only training needs next.reward/success/done labels; batch has {sorted(batch)}"
+            )
+        loss = self._outcome_loss(pred, outcomes)
+        return loss, {"loss/heads": loss.item()}
+
+    @staticmethod
+    def _outcome_loss(pred: dict[str, torch.Tensor], outcomes: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Heads' predictions for frames 1..T-1 against the labels of transitions 0..T-2 ([B, T] each)."""
+        b = next(iter(pred.values())).shape[0]
+        loss = torch.zeros((), device=pred["reward"].device)
+        if "reward" in outcomes:
+            loss = loss + F.mse_loss(pred["reward"], outcomes["reward"][:, :-1].float().reshape(b, -1))
+        for key, name in (("success", "success_logit"), ("done", "done_logit")):
+            if key in outcomes:
+                label = outcomes[key][:, :-1].float().reshape(b, -1)
+                loss = loss + F.binary_cross_entropy_with_logits(pred[name], label)
+        return loss
+
     @staticmethod
     def frames_in(frames: torch.Tensor) -> torch.Tensor:
         """[0, 1] (or uint8) -> [-1, 1]."""
@@ -185,8 +242,11 @@ class WorldModel(nn.Module):
         return frames, added
 
     # ---- training ------------------------------------------------------------------------------------
-    def forward(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
-        """Training loss on a batch of `data.windows.WorldModelWindows` items (what the shared loop calls)."""
+    def forward(self, batch: dict, heads_only: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
+        """Training loss on a batch of `data.windows.WorldModelWindows` items (what the shared loop calls);
+        `heads_only`: the outcome heads' loss alone (`heads_loss`)."""
+        if heads_only:
+            return self.heads_loss(batch)
         missing = [k for k in ("frames", "actions") if k not in batch]
         if missing:
             raise KeyError(
@@ -208,7 +268,8 @@ class WorldModel(nn.Module):
         """Teacher-forced diffusion-forcing loss over a window, plus head and IDM losses.
 
         frames [B, T, (V,) C, H, W] in [0, 1]; actions [B, T, A]; outcomes: optional `next.reward`,
-        `next.success`, `next.done` of each frame [B, T] as keys `reward`, `success`, `done`; state [B, T, S] (only read when idm.use_state);
+        `next.success`, `next.done` of each frame [B, T] as keys `reward`, `success`, `done`; state [B, T, S]
+        (read by the IDM with idm.use_state and by the heads with heads.use_state);
         task: the B instructions (read by the outcome heads).
         Every frame 1..T-1 is a target, denoised from its own noise level while seeing clean (lightly
         noised) earlier frames, the same view it has in a KV-cache rollout.
@@ -279,16 +340,8 @@ class WorldModel(nn.Module):
         loss = diffusion
 
         if outcomes:
-            pred = self.heads(features[:, 1:t_len], task)
-            head_loss = torch.zeros((), device=dev)
-            if "reward" in outcomes:
-                head_loss = head_loss + F.mse_loss(
-                    pred["reward"], outcomes["reward"][:, :-1].float().reshape(b, -1)
-                )
-            for key, name in (("success", "success_logit"), ("done", "done_logit")):
-                if key in outcomes:
-                    label = outcomes[key][:, :-1].float().reshape(b, -1)
-                    head_loss = head_loss + F.binary_cross_entropy_with_logits(pred[name], label)
+            pred = self.outcomes(features[:, 1:t_len], task, None if state is None else state[:, 1:])
+            head_loss = self._outcome_loss(pred, outcomes)
             loss = loss + cfg.head_loss_weight * head_loss
             logs["loss/heads"] = head_loss.item()
 
@@ -374,11 +427,14 @@ class WorldModel(nn.Module):
         use_cache: bool = True,
         sampler: SamplerConfig | None = None,
         task: list[str] | None = None,
+        future_state: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Imagine the frames that follow the context under `future_actions`, one frame at a time.
 
         context_frames [B, C, (V,) 3, H, W] in [0, 1]; context_actions [B, C-1, A] (between context frames);
-        future_actions [B, H, A]; task: the B instructions the reward/success heads judge by. `steps` overrides the sampler's step count. With `use_cache` each frame's
+        future_actions [B, H, A]; task: the B instructions the reward/success heads judge by; future_state
+        [B, H, S]: the joint positions at each generated frame (needed by heads.use_state).
+        `steps` overrides the sampler's step count. With `use_cache` each frame's
         keys/values are computed once and kept for the next `dit.context_frames` frames; without it every denoising
         step re-runs the whole history (the reference path, same result up to float error).
         Returns frames [B, H, (V,) 3, H, W] in [0, 1], rewards [B, H] and success probabilities [B, H],
@@ -401,6 +457,11 @@ class WorldModel(nn.Module):
             )
         if future_actions.dim() != 3 or future_actions.shape[0] != b or future_actions.shape[2] != a_dim:
             raise ValueError(f"future_actions: expected [{b}, H, {a_dim}], got {list(future_actions.shape)}")
+        if future_state is not None and tuple(future_state.shape[:2]) != tuple(future_actions.shape[:2]):
+            raise ValueError(
+                f"future_state: expected [{b}, {future_actions.shape[1]}, S] (one per future action), "
+                f"got {list(future_state.shape)}"
+            )
         dev = ctx.device
         x = self.codec.encode(self.frames_in(ctx))
         a_ctx = self.lead_action_features(
@@ -453,7 +514,7 @@ class WorldModel(nn.Module):
                 x0, torch.randn(x0.shape, generator=generator, device=dev), torch.tensor(s, device=dev)
             )
             features, cache, history = self._context_pass(clean_new, last, a, yes, index, cache, history)
-            out = self.heads(features[:, 0], task)
+            out = self.outcomes(features[:, 0], task, None if future_state is None else future_state[:, k])
             rewards.append(out["reward"])
             success.append(torch.sigmoid(out["success_logit"]))
             last = clean_new

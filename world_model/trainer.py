@@ -17,7 +17,7 @@ import torch
 from common.checkpoint import load_matching_weights, save_json
 from common.training import TrainLoopConfig, run_training
 from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
-from data.stats import dataset_stats
+from data.stats import dataset_stats, load_stats
 from data.windows import WorldModelWindows
 from world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, summarize
 from world_model.model import WorldModel, WorldModelConfig
@@ -46,6 +46,9 @@ class TrainWorldModelConfig:
     # Start from this world model's weights (a pretrained_model/ directory) instead of random ones: to
     # fine-tune on new data, or after adding a part (its new parameters start fresh). Stats are recomputed.
     init_from: str = ""
+    # Train the outcome heads alone on the (frozen) world model of `init_from`: to fit them again after a
+    # change of the heads, or on more labelled episodes, at the cost of one no-grad pass per window.
+    heads_only: bool = False
 
 
 def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
@@ -79,6 +82,8 @@ def held_out_windows(dataset: EpisodeDataset, episodes: list[int], cfg: EvalConf
         actions=torch.stack([it["actions"] for it in items]),
         reward=torch.stack([it["reward"] for it in items]),
         success=torch.stack([it["success"] for it in items]),
+        state=torch.stack([it["state"] for it in items]),
+        task=[it["task"] for it in items],
     )
 
 
@@ -103,16 +108,32 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         raise ValueError(f"window={cfg.window}: a training window needs at least 2 frames")
     dataset = open_dataset(cfg)
     train_eps, held_eps = dataset.split()
-    stats = dataset_stats(dataset, train_eps)
+    if cfg.heads_only and not cfg.init_from:
+        raise ValueError("heads_only=True trains the heads of an existing world model: set init_from")
+    # Heads fitted on a frozen model must see inputs normalised as the model was trained.
+    stats = (
+        load_stats(Path(cfg.init_from) / "stats.json")
+        if cfg.heads_only
+        else dataset_stats(dataset, train_eps)
+    )
     model = WorldModel(cfg.model, stats)
     if cfg.init_from and not cfg.resume:
-        load_matching_weights(model, Path(cfg.init_from) / "model.safetensors")
+        fresh = load_matching_weights(model, Path(cfg.init_from) / "model.safetensors")
+        frozen_fresh = [k for k in fresh if not k.startswith("heads.")]
+        if cfg.heads_only and frozen_fresh:
+            raise ValueError(
+                f"heads_only=True but {cfg.init_from} does not fit model config outside the heads "
+                f"({', '.join(frozen_fresh[:4])}...): those parts would stay random"
+            )
+    if cfg.heads_only:
+        model.requires_grad_(False)
+        model.heads.requires_grad_(True)
     windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
     eval_windows = held_out_windows(dataset, held_eps, cfg.eval)
     return run_training(
         model,
         windows,
-        loss_fn=lambda m, batch: m(batch),
+        loss_fn=lambda m, batch: m(batch, heads_only=cfg.heads_only),
         cfg=cfg.train,
         output_dir=cfg.output_dir,
         save_pretrained=lambda m, path: m.save_pretrained(path),

@@ -202,6 +202,7 @@ class WorldModelEnv:
         chunk = action_chunk[:, :remaining].float().to(self.device)
         # The world model was trained on the targets the sim actually used, i.e. clipped to the limits.
         chunk = chunk.clamp(self._lower, self._upper)
+        states = self.integrate_state(self._state, chunk)
         frames, rewards, success = self.world_model.rollout(
             self._frames,
             self._actions,
@@ -210,9 +211,9 @@ class WorldModelEnv:
             generator=self._generator,
             use_cache=self.config.use_cache,
             task=self._task,
+            future_state=states,
         )
         k = chunk.shape[1]
-        states = self.integrate_state(self._state, chunk)
         # Per-step success with termination: steps after an env's first success earn nothing.
         hit = success > self.config.success_threshold
         already = self.succeeded.clone()
