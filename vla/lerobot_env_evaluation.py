@@ -12,17 +12,15 @@ kwargs) or from a plain gymnasium id. Presets whose suites LeRobot builds by its
 from __future__ import annotations
 
 import importlib
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from data.features import STATE, TASK, image_key
+from vla.episode_runner import run_episodes, success_summary
 from vla.policy import Policy
-from vla.sim_evaluation import wilson_interval
 
 
 @dataclass
@@ -143,6 +141,43 @@ def _policy_batch(observations: list[dict], mapping: dict, state_key: str, task:
     return batch
 
 
+@dataclass
+class _LeRobotEpisodes:
+    """`EpisodeAdapter` of a LeRobot gym env: success from an info flag, progress from an info value or the
+    max reward, plus LeRobot's max and summed reward."""
+
+    cfg: LeRobotEnvEvalConfig
+    mapping: dict
+    task: str
+    device: str | torch.device
+
+    def first_record(self, seed: int, reset_info: dict) -> dict:
+        return {
+            "seed": seed,
+            "success": False,
+            "progress": 0.0,
+            "max_reward": -np.inf,
+            "sum_reward": 0.0,
+            "length": 0,
+        }
+
+    def policy_batch(self, observations: list[dict], records: list[dict]) -> dict:
+        return _policy_batch(observations, self.mapping, self.cfg.state_key, self.task, self.device)
+
+    def update(self, record: dict, reward: float, info: dict) -> None:
+        record["sum_reward"] += reward
+        record["max_reward"] = max(record["max_reward"], reward)
+        record["success"] = record["success"] or bool(info.get(self.cfg.success_key, False))
+        if self.cfg.progress_key:
+            record["progress"] = float(info.get(self.cfg.progress_key, record["progress"]))
+        else:
+            record["progress"] = record["max_reward"]
+
+    def video_frame(self, observation: dict) -> np.ndarray:
+        flat = _flatten(observation)
+        return np.concatenate([flat[key] for key in self.mapping], axis=1)
+
+
 def evaluate_in_lerobot_env(
     policy: Policy,
     cfg: LeRobotEnvEvalConfig,
@@ -167,98 +202,31 @@ def evaluate_in_lerobot_env(
             )
         mapping = camera_mapping(cfg, envs[0].reset(seed=seed)[0], tuple(policy.config.cameras))
         task = cfg.task or spec.gym_id
-        policy.eval()
-        results: list[dict] = []
-        start = time.perf_counter()
-        with tqdm(total=episodes, desc=f"eval {spec.gym_id}", disable=not progress_bar) as bar:
-            for first in range(0, episodes, n_envs):
-                group = list(range(first, min(first + n_envs, episodes)))
-                results += _run_group(
-                    policy,
-                    envs[: len(group)],
-                    [seed + i for i in group],
-                    mapping,
-                    task,
-                    cfg,
-                    device,
-                    video_dir,
-                    record=[i < cfg.videos and video_dir is not None for i in group],
-                )
-                bar.update(len(group))
-                bar.set_postfix(success=f"{np.mean([r['success'] for r in results]):.0%}")
+        results, seconds = run_episodes(
+            policy,
+            envs,
+            _LeRobotEpisodes(cfg, mapping, task, device),
+            episodes,
+            seed,
+            cfg.videos,
+            video_dir,
+            desc=f"eval {spec.gym_id}",
+            progress_bar=progress_bar,
+        )
     finally:
         for env in envs:
             env.close()
-    successes = sum(r["success"] for r in results)
-    lo, hi = wilson_interval(successes, len(results))
     return {
         "backend": "lerobot_env",
         "env_type": cfg.type,
         "gym_id": spec.gym_id,
         "task": task,
-        "episodes": len(results),
-        "successes": successes,
-        "success_rate": successes / len(results),
-        "success_ci95": [lo, hi],
-        "mean_progress": float(np.mean([r["progress"] for r in results])),
+        **success_summary(results),
         "mean_max_reward": float(np.mean([r["max_reward"] for r in results])),
         "mean_sum_reward": float(np.mean([r["sum_reward"] for r in results])),
         "mean_length": float(np.mean([r["length"] for r in results])),
         "seed": seed,
         "max_steps": cfg.max_steps,
-        "seconds": time.perf_counter() - start,
+        "seconds": seconds,
         "per_episode": results,
     }
-
-
-@torch.no_grad()
-def _run_group(policy, envs, seeds, mapping, task, cfg, device, video_dir, record) -> list[dict]:
-    observations = [env.reset(seed=s)[0] for env, s in zip(envs, seeds)]
-    frames = [[_video_frame(o, mapping)] if rec else [] for o, rec in zip(observations, record)]
-    done = [False] * len(envs)
-    out = [
-        {"seed": s, "success": False, "progress": 0.0, "max_reward": -np.inf, "sum_reward": 0.0, "length": 0}
-        for s in seeds
-    ]
-    policy.reset()
-    while not all(done):
-        batch = _policy_batch(observations, mapping, cfg.state_key, task, device)
-        actions = policy.select_action(batch).cpu().numpy()
-        for i, env in enumerate(envs):
-            if done[i]:
-                continue
-            obs, reward, terminated, truncated, info = env.step(actions[i])
-            observations[i] = obs
-            o = out[i]
-            o["length"] += 1
-            o["sum_reward"] += float(reward)
-            o["max_reward"] = max(o["max_reward"], float(reward))
-            o["success"] = o["success"] or bool(info.get(cfg.success_key, False))
-            if cfg.progress_key:
-                o["progress"] = float(info.get(cfg.progress_key, o["progress"]))
-            if record[i]:
-                frames[i].append(_video_frame(obs, mapping))
-            done[i] = terminated or truncated
-    for o in out:
-        if not cfg.progress_key:
-            o["progress"] = o["max_reward"]
-    if any(record):
-        _write_videos(frames, out, seeds, video_dir, int(envs[0].metadata.get("render_fps", 10)))
-    return out
-
-
-def _video_frame(obs: dict, mapping: dict) -> np.ndarray:
-    flat = _flatten(obs)
-    return np.concatenate([flat[key] for key in mapping], axis=1)
-
-
-def _write_videos(frames, out, seeds, video_dir, fps: int) -> None:
-    import imageio.v2 as imageio
-
-    for i, clip in enumerate(frames):
-        if clip:
-            tag = "success" if out[i]["success"] else "failure"
-            path = Path(video_dir) / "videos" / f"episode_seed{seeds[i]}_{tag}.mp4"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            imageio.mimwrite(path, clip, fps=fps, macro_block_size=1)
-            out[i]["video"] = str(path)
