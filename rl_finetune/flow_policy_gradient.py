@@ -20,12 +20,43 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from data.features import IMAGE_PREFIX, STATE, TASK, camera_of, image_key
 from vla.flow_vla import flow_matching
 from world_model.world_model_env import InitialStates, WorldModelEnv
+
+
+@dataclass
+class FlowPolicyGradientConfig:
+    """Settings of collection and of the clipped update that GRPO and PPO share (their configs extend it)."""
+
+    section: ClassVar[str] = "flow_policy_gradient"  # the config key in error messages (grpo, ppo)
+
+    starts_per_iteration: int = 4  # initial states per iteration
+    epochs: int = 2  # passes over an iteration's data
+    minibatch_size: int = 32  # chunk samples per gradient step
+    lr: float = 1.0e-5
+    weight_decay: float = 0.0
+    clip_ratio: float = 0.2  # PPO clip on the per-denoising-step ratio
+    kl_coef: float = 0.05  # weight of KL(policy || BC policy)
+    max_grad_norm: float = 1.0
+    noise_level: float = 0.0  # sampler noise for exploration; 0 -> the policy's sde_noise_level
+    success_reward: float = 1.0  # bonus when the success head first fires (at most once an episode)
+    progress_reward: float = 0.5  # times the reward head's progress in [0, 1] gained (summed: final progress)
+
+    def validate(self) -> None:
+        for name in ("starts_per_iteration", "epochs", "minibatch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{self.section}.{name}={getattr(self, name)} must be >= 1")
+        for name in ("lr", "clip_ratio"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{self.section}.{name}={getattr(self, name)} must be > 0")
+        for name in ("kl_coef", "noise_level"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{self.section}.{name}={getattr(self, name)} must be >= 0")
 
 
 @dataclass
@@ -71,9 +102,14 @@ class Rollouts:
 
 @torch.no_grad()
 def imagine_chunks(
-    policy, env: WorldModelEnv, starts: InitialStates, seed: int, noise_level: float, cfg
+    policy,
+    env: WorldModelEnv,
+    starts: InitialStates,
+    seed: int,
+    noise_level: float,
+    cfg: FlowPolicyGradientConfig,
 ) -> ImaginedChunks:
-    """Episodes from `starts` with the stochastic sampler; `cfg` has success_reward and progress_reward."""
+    """Episodes from `starts` with the stochastic sampler, rewarded by `cfg`'s success and progress weights."""
     policy.eval()
     generator = torch.Generator(device=env.device).manual_seed(seed)
     obs = env.reset(starts, seed=seed)
@@ -134,7 +170,7 @@ class FlowPolicyTrainer:
 
     algorithm = "policy gradient"
 
-    def __init__(self, policy, env: WorldModelEnv, cfg, seed: int = 0):
+    def __init__(self, policy, env: WorldModelEnv, cfg: FlowPolicyGradientConfig, seed: int = 0):
         cfg.validate()
         check_flow_policy(policy, self.algorithm)
         self.policy, self.env, self.cfg, self.seed = policy, env, cfg, seed

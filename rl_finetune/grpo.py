@@ -20,39 +20,33 @@ Collection and the update are shared with PPO (`rl_finetune.flow_policy_gradient
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from rl_finetune.flow_policy_gradient import FlowPolicyTrainer, Rollouts, flatten, imagine_chunks
+from rl_finetune.flow_policy_gradient import (
+    FlowPolicyGradientConfig,
+    FlowPolicyTrainer,
+    Rollouts,
+    flatten,
+    imagine_chunks,
+)
 from world_model.world_model_env import InitialStates
 
 
 @dataclass
-class GRPOConfig:
+class GRPOConfig(FlowPolicyGradientConfig):
     """GRPO (--algorithm=grpo, the default): groups of rollouts per start, group-normalised returns."""
 
-    group_size: int = 8  # rollouts per initial state
-    starts_per_iteration: int = 4  # initial states per iteration (batch = starts x group)
-    epochs: int = 2  # passes over an iteration's data
-    minibatch_size: int = 32  # chunk samples per gradient step
-    lr: float = 1.0e-5
-    weight_decay: float = 0.0
-    clip_ratio: float = 0.2  # PPO clip on the per-denoising-step ratio
-    kl_coef: float = 0.05  # weight of KL(policy || BC policy)
-    max_grad_norm: float = 1.0
-    noise_level: float = 0.0  # sampler noise for exploration; 0 -> the policy's sde_noise_level
-    success_reward: float = 1.0  # sparse: 1 if the success head fired before the horizon
-    progress_reward: float = 0.5  # dense: the reward head's final progress in [0, 1]
+    section: ClassVar[str] = "grpo"
+
+    group_size: int = 8  # rollouts per initial state (batch = starts_per_iteration x group_size)
     advantage_eps: float = 1e-4  # groups whose returns are all equal give zero advantage
 
     def validate(self) -> None:
         if self.group_size < 2:
             raise ValueError(f"grpo.group_size={self.group_size}: a group needs at least 2 rollouts")
-        for name in ("starts_per_iteration", "epochs", "minibatch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"grpo.{name}={getattr(self, name)} must be >= 1")
-        if self.lr <= 0 or self.clip_ratio <= 0 or self.kl_coef < 0 or self.noise_level < 0:
-            raise ValueError("grpo: need lr > 0, clip_ratio > 0, kl_coef >= 0, noise_level >= 0")
+        super().validate()
 
 
 def group_advantages(returns: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:

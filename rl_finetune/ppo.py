@@ -21,30 +21,30 @@ own state, so every episode can start from a different state and credit is assig
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-from rl_finetune.flow_policy_gradient import FlowPolicyTrainer, Rollouts, flatten, imagine_chunks
+from rl_finetune.flow_policy_gradient import (
+    FlowPolicyGradientConfig,
+    FlowPolicyTrainer,
+    Rollouts,
+    flatten,
+    imagine_chunks,
+)
 from world_model.world_model_env import InitialStates, WorldModelEnv
 
 
 @dataclass
-class PPOConfig:
+class PPOConfig(FlowPolicyGradientConfig):
     """PPO (--algorithm=ppo): a value head on the BC policy's observation features, GAE advantages."""
 
-    starts_per_iteration: int = 16  # initial states per iteration
+    section: ClassVar[str] = "ppo"
+
+    starts_per_iteration: int = 16  # initial states per iteration (a shared field; PPO's default)
+    epochs: int = 4  # passes over an iteration's data (a shared field; PPO's default)
     rollouts_per_start: int = 2  # episodes per start (batch = starts x rollouts); 1 is fine for PPO
-    epochs: int = 4  # passes over an iteration's data
-    minibatch_size: int = 32  # chunk samples per gradient step
-    lr: float = 1.0e-5
-    weight_decay: float = 0.0
-    clip_ratio: float = 0.2  # PPO clip on the per-denoising-step ratio
-    kl_coef: float = 0.05  # weight of KL(policy || BC policy)
-    max_grad_norm: float = 1.0
-    noise_level: float = 0.0  # sampler noise for exploration; 0 -> the policy's sde_noise_level
-    success_reward: float = 1.0  # bonus when the success head first fires
-    progress_reward: float = 0.5  # times the change of the reward head's progress over a chunk
     gamma: float = 0.99  # discount per chunk decision
     gae_lambda: float = 0.95
     value_lr: float = 1.0e-3
@@ -53,19 +53,14 @@ class PPOConfig:
     normalize_advantages: bool = True
 
     def validate(self) -> None:
-        for name in (
-            "starts_per_iteration",
-            "rollouts_per_start",
-            "epochs",
-            "minibatch_size",
-            "value_hidden",
-        ):
+        super().validate()
+        for name in ("rollouts_per_start", "value_hidden"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ppo.{name}={getattr(self, name)} must be >= 1")
-        if self.lr <= 0 or self.value_lr <= 0 or self.clip_ratio <= 0 or self.kl_coef < 0:
-            raise ValueError("ppo: need lr > 0, value_lr > 0, clip_ratio > 0, kl_coef >= 0")
-        if self.noise_level < 0 or self.value_clip < 0:
-            raise ValueError("ppo: need noise_level >= 0 and value_clip >= 0")
+        if self.value_lr <= 0 or self.value_clip < 0:
+            raise ValueError(
+                f"ppo: need value_lr > 0 and value_clip >= 0, got {self.value_lr}, {self.value_clip}"
+            )
         if not (0 < self.gamma <= 1 and 0 <= self.gae_lambda <= 1):
             raise ValueError(
                 f"ppo: need 0 < gamma <= 1 and 0 <= gae_lambda <= 1, got {self.gamma}, {self.gae_lambda}"

@@ -91,3 +91,31 @@ def test_non_flow_policy_is_refused():
     env = WorldModelEnv(tiny_world_model())
     with pytest.raises(TypeError, match="stochastic sampler"):
         GRPOTrainer(torch.nn.Linear(2, 2), env, CFG)
+
+
+def test_shared_config_fields_parse_and_validate_per_algorithm():
+    from common.config import parse_cli
+    from rl_finetune.flow_policy_gradient import FlowPolicyGradientConfig
+    from rl_finetune.policy_finetune import FinetunePolicyConfig
+    from rl_finetune.ppo import PPOConfig
+
+    assert issubclass(GRPOConfig, FlowPolicyGradientConfig) and issubclass(
+        PPOConfig, FlowPolicyGradientConfig
+    )
+    # The shared fields keep each algorithm's own defaults and dotted names.
+    assert (GRPOConfig().starts_per_iteration, PPOConfig().starts_per_iteration) == (4, 16)
+    cfg = parse_cli(
+        FinetunePolicyConfig,
+        [
+            "--config",
+            "configs/finetune/tiny.yaml",
+            "--grpo.kl_coef=0.3",
+            "--ppo.kl_coef=0.7",
+            "--ppo.gamma=0.9",
+        ],
+    )
+    assert (cfg.grpo.kl_coef, cfg.ppo.kl_coef, cfg.ppo.gamma, cfg.grpo.minibatch_size) == (0.3, 0.7, 0.9, 64)
+    with pytest.raises(ValueError, match=r"grpo\.lr=0.0 must be > 0"):
+        GRPOConfig(lr=0.0).validate()
+    with pytest.raises(ValueError, match=r"ppo\.epochs=0 must be >= 1"):
+        PPOConfig(epochs=0).validate()
