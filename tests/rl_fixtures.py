@@ -1,4 +1,5 @@
-"""A tiny world model whose imagined episodes differ in outcome, for tests of RL in imagination.
+"""Fixtures shared by tests/test_grpo.py and tests/test_ppo.py: a tiny world model whose imagined episodes
+differ in outcome, a trainer on it, and a flat view of a module's parameters.
 
 A random tiny world model's success head can fire (or never fire) for every start, depending on how the
 random weights fall; RL tests need both outcomes. `mixed_outcome_world_model` shifts the success logit's
@@ -9,7 +10,7 @@ some episodes succeed and others do not.
 from __future__ import annotations
 
 import torch
-from imagination_fixtures import random_starts, tiny_world_model
+from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
 
 from world_model.model import WorldModel
 from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
@@ -25,3 +26,17 @@ def mixed_outcome_world_model(seed: int = 0) -> WorldModel:
     with torch.no_grad():
         wm.heads.out.bias[1] -= torch.quantile(logits.flatten(), 0.9)
     return wm
+
+
+def make_trainer(trainer_class, cfg, horizon: int, seed: int = 0):
+    """`trainer_class` (GRPOTrainer, PPOTrainer) fine-tuning a fresh tiny policy in the mixed-outcome world
+    model, episodes of `horizon` env steps."""
+    env = WorldModelEnv(
+        mixed_outcome_world_model(), WorldModelEnvConfig(horizon=horizon, success_threshold=0.5)
+    )
+    return trainer_class(tiny_policy(), env, cfg, seed=seed)
+
+
+def flat_params(module: torch.nn.Module) -> torch.Tensor:
+    """A detached copy of all of `module`'s parameters in one vector, to compare before and after updates."""
+    return torch.cat([p.detach().flatten().clone() for p in module.parameters()])

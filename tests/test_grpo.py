@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
-from rl_fixtures import mixed_outcome_world_model
+from imagination_fixtures import random_starts, tiny_world_model
+from rl_fixtures import flat_params, make_trainer
 
 from rl_finetune.grpo import GRPOConfig, GRPOTrainer, group_advantages
 from rl_finetune.sim_steps import count_sim_steps
-from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
+from world_model.world_model_env import WorldModelEnv
 
 CFG = GRPOConfig(group_size=4, starts_per_iteration=2, epochs=1, minibatch_size=16, lr=1e-3, kl_coef=0.1)
 
 
 def _trainer(seed=0, cfg=CFG):
-    env = WorldModelEnv(mixed_outcome_world_model(), WorldModelEnvConfig(horizon=4, success_threshold=0.5))
-    return GRPOTrainer(tiny_policy(), env, cfg, seed=seed)
-
-
-def _params(policy):
-    return torch.cat([p.detach().flatten().clone() for p in policy.parameters()])
+    return make_trainer(GRPOTrainer, cfg, horizon=4, seed=seed)
 
 
 def test_group_advantages_are_normalised_within_each_group():
@@ -45,15 +40,15 @@ def test_collected_log_probs_match_the_recomputed_ones():
 def test_one_iteration_changes_the_policy_and_is_reproducible():
     starts = random_starts(2, seed=3)
     a, b = _trainer(seed=7), _trainer(seed=7)
-    before = _params(a.policy)
+    before = flat_params(a.policy)
     logs_a, logs_b = a.step(starts), b.step(starts)
-    after_a, after_b = _params(a.policy), _params(b.policy)
+    after_a, after_b = flat_params(a.policy), flat_params(b.policy)
     assert (after_a - before).abs().max() > 1e-5
     assert torch.equal(after_a, after_b)
     assert logs_a == logs_b
     c = _trainer(seed=8)
     c.step(starts)
-    assert not torch.equal(_params(c.policy), after_a)  # another seed, other rollouts
+    assert not torch.equal(flat_params(c.policy), after_a)  # another seed, other rollouts
 
 
 def test_kl_to_bc_is_zero_at_start_and_held_back_by_its_weight():
@@ -65,8 +60,8 @@ def test_kl_to_bc_is_zero_at_start_and_held_back_by_its_weight():
     first = free.update(free.collect(starts, 0), seed=0)
     tied.update(tied.collect(starts, 0), seed=0)
     assert first["ratio_max"] > 0 and first["loss/kl"] >= 0
-    bc = _params(free.reference)
-    assert (_params(tied.policy) - bc).norm() < (_params(free.policy) - bc).norm()
+    bc = flat_params(free.reference)
+    assert (flat_params(tied.policy) - bc).norm() < (flat_params(free.policy) - bc).norm()
 
 
 def test_training_steps_the_simulator_zero_times():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
-from rl_fixtures import mixed_outcome_world_model
+from rl_fixtures import flat_params, make_trainer, mixed_outcome_world_model
 
 from rl_finetune.ppo import PPOConfig, PPOTrainer, gae
 from rl_finetune.sim_steps import count_sim_steps
@@ -18,12 +18,7 @@ CFG = PPOConfig(
 
 
 def _trainer(seed=0, cfg=CFG):
-    env = WorldModelEnv(mixed_outcome_world_model(), WorldModelEnvConfig(horizon=6, success_threshold=0.5))
-    return PPOTrainer(tiny_policy(), env, cfg, seed=seed)
-
-
-def _params(module):
-    return torch.cat([p.detach().flatten().clone() for p in module.parameters()])
+    return make_trainer(PPOTrainer, cfg, horizon=6, seed=seed)
 
 
 def test_gae_on_known_inputs():
@@ -55,17 +50,17 @@ def test_collected_data_has_value_targets_and_matching_log_probs():
 def test_one_iteration_changes_the_policy_and_is_reproducible():
     starts = random_starts(3, seed=3)
     a, b = _trainer(seed=7), _trainer(seed=7)
-    before, value_before = _params(a.policy), _params(a.value)
+    before, value_before = flat_params(a.policy), flat_params(a.value)
     logs_a, logs_b = a.step(starts), b.step(starts)
-    assert (_params(a.policy) - before).abs().max() > 1e-5
-    assert (_params(a.value) - value_before).abs().max() > 1e-5
-    assert torch.equal(_params(a.policy), _params(b.policy)) and torch.equal(
-        _params(a.value), _params(b.value)
+    assert (flat_params(a.policy) - before).abs().max() > 1e-5
+    assert (flat_params(a.value) - value_before).abs().max() > 1e-5
+    assert torch.equal(flat_params(a.policy), flat_params(b.policy)) and torch.equal(
+        flat_params(a.value), flat_params(b.value)
     )
     assert logs_a == logs_b and "loss/value" in logs_a
     c = _trainer(seed=8)
     c.step(starts)
-    assert not torch.equal(_params(c.policy), _params(a.policy))
+    assert not torch.equal(flat_params(c.policy), flat_params(a.policy))
 
 
 @pytest.mark.parametrize("value_clip", [0.0, 0.05])
@@ -89,7 +84,7 @@ def test_state_dict_round_trip_includes_the_value_head():
     a.step(random_starts(3))
     b = _trainer(seed=2)
     b.load_state_dict(a.state_dict())
-    assert torch.equal(_params(a.value), _params(b.value)) and b.iteration == 1
+    assert torch.equal(flat_params(a.value), flat_params(b.value)) and b.iteration == 1
 
 
 def test_training_steps_the_simulator_zero_times():
