@@ -3,8 +3,8 @@
     python benchmarks/success_head.py --world_model=outputs/world_model/tiny/pretrained_model \
         --dataset.root=outputs/data/reach_wm
 
-Real episodes pass through the world model as clean context frames (the pass whose features the heads read
-in a rollout), with their real actions and instructions. For training and held-out episodes (the dataset's
+The heads read real frames with their joint states and instructions (in a rollout they read the generated
+frames and the integrated states). For training and held-out episodes (the dataset's
 seeded split, the one world-model training uses) it reports the AUROC of the per-frame success probability
 against `next.success`, and per episode whether the head ever crosses 0.5 against whether the episode
 succeeded. A head that scores well on training episodes only has learned them by heart.
@@ -49,11 +49,10 @@ def success_probabilities(
         starts = [dataset.episodes[e].start for e in episodes[i : i + batch]]
         window = [slice(s, s + length) for s in starts]
         frames = torch.stack([table.images[camera][w] for w in window]).float() / 255
-        actions = torch.stack([table.action[w] for w in window])
         state = torch.stack([table.state[w] for w in window])
-        features = wm.real_frame_features(frames.unsqueeze(2), actions)
         task = [table.task[s] for s in starts]
-        probs.append(torch.sigmoid(wm.outcomes(features[:, 1:], task, state[:, 1:])["success_logit"]))
+        pixels = wm.frames_in(frames[:, 1:].unsqueeze(2))  # one camera
+        probs.append(torch.sigmoid(wm.outcomes(pixels, task, state[:, 1:])["success_logit"]))
         labels.append(torch.stack([table.success[s : s + length - 1] for s in starts]).float())
     return torch.cat(probs), torch.cat(labels)
 

@@ -57,7 +57,7 @@ def predict_x0(model: WorldModel, x: torch.Tensor, actions: torch.Tensor, noised
     has_action = torch.ones(b, length, dtype=torch.bool, device=dev)
     has_action[:, 0] = False
     par, sd = cfg.parameterisation, cfg.sigma_data
-    out, _, _ = model.dit(
+    out, _ = model.dit(
         torch.cat([flow.input_scale(clean, ctx_t, par, sd), flow.input_scale(noisy, noised.t, par, sd)], 1),
         torch.cat([prev_clean, clean[:, :-1]], 1),
         torch.cat([lead_actions, lead_actions[:, 1:]], 1),

@@ -45,9 +45,8 @@ def dit_inputs(b: int, f: int, views: int = 1, seed: int = 1):
 def test_dit_shapes(views):
     dit = randomise(VideoDiT(dit_config(num_views=views)))
     x, prev, a, valid, t = dit_inputs(2, 3, views)
-    out, features, kv = dit(x, prev, a, valid, t, torch.arange(3))
+    out, kv = dit(x, prev, a, valid, t, torch.arange(3))
     assert out.shape == x.shape
-    assert features.shape == (2, 3, views * 16, 32)  # every token of every frame, for the heads
     assert len(kv) == 2 and kv[0][0].shape == (2, 2, 3 * views * 16, 16)
 
 
@@ -79,13 +78,13 @@ def test_future_frames_and_actions_never_change_the_past(teacher_forced):
     f = 7 if teacher_forced else 4  # teacher-forced: 4 clean frames + 3 noisy
     x, prev, a, valid, t = dit_inputs(1, f)
     index = torch.cat([torch.arange(4), torch.arange(1, 4)]) if teacher_forced else torch.arange(f)
-    out, _, _ = dit(x, prev, a, valid, t, index, teacher_forced=teacher_forced)
+    out, _ = dit(x, prev, a, valid, t, index, teacher_forced=teacher_forced)
     # change the last time step everywhere it occurs (clean frame 3 and, teacher-forced, noisy frame 3)
     changed = [3, 6] if teacher_forced else [3]
     x2, a2 = x.clone(), a.clone()
     x2[:, changed] += 1.0
     a2[:, changed] += 1.0
-    out2, _, _ = dit(x2, prev, a2, valid, t, index, teacher_forced=teacher_forced)
+    out2, _ = dit(x2, prev, a2, valid, t, index, teacher_forced=teacher_forced)
     past = [0, 1, 2, 4, 5] if teacher_forced else [0, 1, 2]
     torch.testing.assert_close(out[:, past], out2[:, past], rtol=0, atol=1e-5)
     assert (
@@ -96,16 +95,16 @@ def test_future_frames_and_actions_never_change_the_past(teacher_forced):
 def test_context_window_limits_what_a_frame_sees():
     dit = randomise(VideoDiT(dit_config(context_frames=2)))
     x, prev, a, valid, t = dit_inputs(1, 5)
-    out, _, _ = dit(x, prev, a, valid, t, torch.arange(5))
+    out, _ = dit(x, prev, a, valid, t, torch.arange(5))
     x2 = x.clone()
     x2[:, 0] += 1.0
-    out2, _, _ = dit(x2, prev, a, valid, t, torch.arange(5))
+    out2, _ = dit(x2, prev, a, valid, t, torch.arange(5))
     # frame 2 sees frame 0 directly; with 2 layers frame 4 sees it through frame 2; frames are otherwise local
     assert (out[:, 2] - out2[:, 2]).abs().max() > 1e-3
     assert (out[:, 4] - out2[:, 4]).abs().max() > 1e-6  # indirect, so weaker
     one_layer = randomise(VideoDiT(dit_config(context_frames=2, depth=1)))
-    o1, _, _ = one_layer(x, prev, a, valid, t, torch.arange(5))
-    o2, _, _ = one_layer(x2, prev, a, valid, t, torch.arange(5))
+    o1, _ = one_layer(x, prev, a, valid, t, torch.arange(5))
+    o2, _ = one_layer(x2, prev, a, valid, t, torch.arange(5))
     torch.testing.assert_close(o1[:, 3:], o2[:, 3:], rtol=0, atol=1e-6)
 
 
@@ -115,7 +114,7 @@ def test_teacher_forced_training_sees_what_a_rollout_sees():
     clean, prev, a, valid, t_ctx = dit_inputs(1, 4, seed=2)
     noisy, _, _, _, t = dit_inputs(1, 3, seed=3)
     seq_prev = torch.cat([prev, clean[:, :-1]], 1)
-    out, _, _ = dit(
+    out, _ = dit(
         torch.cat([clean, noisy], 1),
         seq_prev,
         torch.cat([a, a[:, 1:]], 1),
@@ -127,7 +126,7 @@ def test_teacher_forced_training_sees_what_a_rollout_sees():
     for i in (1, 2, 3):  # noisy frame i is position 4 + i - 1
         seq = torch.cat([clean[:, :i], noisy[:, i - 1 : i]], 1)
         p = torch.cat([prev[:, :i], clean[:, i - 1 : i]], 1)
-        ref, _, _ = dit(
+        ref, _ = dit(
             seq,
             p,
             torch.cat([a[:, :i], a[:, i : i + 1]], 1),
@@ -153,11 +152,14 @@ def rollout_inputs(b=2, c=3, h=5, seed=0):
 
 def test_rollout_shapes_and_ranges():
     model = tiny_model()
-    frames, rewards, success = model.rollout(*rollout_inputs(), steps=2)
+    frames, rewards, success = model.rollout(*rollout_inputs(), steps=2, future_state=torch.randn(2, 5, 4))
     assert frames.shape == (2, 5, 3, SIZE, SIZE)
     assert rewards.shape == success.shape == (2, 5)
     assert frames.min() >= 0 and frames.max() <= 1
     assert ((success >= 0) & (success <= 1)).all()
+    # The heads read the joint state: without it a rollout draws frames only.
+    frames_only, rewards, success = model.rollout(*rollout_inputs(), steps=2)
+    assert rewards is None and success is None and frames_only.shape == frames.shape
 
 
 @pytest.mark.parametrize("method, action_delta", [("euler", False), ("heun", False), ("euler", True)])
@@ -165,8 +167,11 @@ def test_kv_cache_rollout_equals_recompute(method, action_delta):
     model = tiny_model(action_delta=action_delta)
     model.cfg.sampler.method = method
     inputs = rollout_inputs(h=6)
-    cached = model.rollout(*inputs, steps=3, generator=torch.Generator().manual_seed(5))
-    recomputed = model.rollout(*inputs, steps=3, generator=torch.Generator().manual_seed(5), use_cache=False)
+    state = torch.randn(2, 6, 4)
+    cached = model.rollout(*inputs, steps=3, generator=torch.Generator().manual_seed(5), future_state=state)
+    recomputed = model.rollout(
+        *inputs, steps=3, generator=torch.Generator().manual_seed(5), use_cache=False, future_state=state
+    )
     for c, r in zip(cached, recomputed):
         torch.testing.assert_close(c, r, rtol=1e-4, atol=1e-4)
 
@@ -241,5 +246,5 @@ def test_flow_paths_agree():
 def test_residual_output_starts_as_a_copy_of_the_previous_frame():
     dit = VideoDiT(dit_config())  # zero-initialised output layers: the learned change starts at 0
     x, prev, a, valid, t = dit_inputs(1, 2)
-    out, _, _ = dit(x, prev, a, valid, t, torch.arange(2))
+    out, _ = dit(x, prev, a, valid, t, torch.arange(2))
     torch.testing.assert_close(out, prev)

@@ -1,4 +1,4 @@
-"""The outcome heads read the instruction: success can differ between tasks on the same frame."""
+"""The outcome heads read the frame, the instruction and the joint state."""
 
 import pytest
 import torch
@@ -14,50 +14,75 @@ def test_hashed_words_are_stable_and_padded():
     assert ids[0, 2] == 0 and (ids[1] > 0).all()
 
 
-def test_heads_learn_a_task_dependent_success():
-    torch.manual_seed(0)
-    heads = OutcomeHeads(width=16, cfg=OutcomeHeadsConfig(hidden=32))
-    features = torch.randn(1, 5, 16).expand(8, 5, 16)  # the same frame (5 tokens) for every sample
-    tasks = ["reach the red cube", "reach the blue cube"] * 4
-    labels = torch.tensor([1.0, 0.0] * 4)  # success only under the first instruction
+def _fit(heads, frames, tasks, state, labels, steps=150):
     opt = torch.optim.Adam(heads.parameters(), 1e-2)
-    for _ in range(100):
+    for _ in range(steps):
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            heads(features, tasks)["success_logit"], labels
+            heads(frames, tasks, state)["success_logit"], labels
         )
         opt.zero_grad()
         loss.backward()
         opt.step()
-    p = torch.sigmoid(heads(features[:2], tasks[:2])["success_logit"])
-    assert p[0] > 0.9 and p[1] < 0.1
+    return torch.sigmoid(heads.eval()(frames, tasks, state)["success_logit"])
 
 
-def test_heads_shapes_and_errors():
-    heads = OutcomeHeads(width=16)
-    out = heads(torch.randn(3, 5, 7, 16), ["a", "b", "c"])  # 5 frames of 7 tokens
-    assert out["success_logit"].shape == (3, 5)
-    assert heads(torch.randn(3, 7, 16))["reward"].shape == (3,)  # no task: the zero embedding
-    with pytest.raises(ValueError, match="2 instructions for a batch of 3"):
-        heads(torch.randn(3, 7, 16), ["a", "b"])
+def test_heads_learn_a_task_dependent_success():
+    torch.manual_seed(0)
+    heads = OutcomeHeads(OutcomeHeadsConfig(channels=16, use_state=False))
+    frames = torch.rand(1, 1, 3, 16, 16).expand(8, 1, 3, 16, 16) * 2 - 1  # the same frame for every sample
+    tasks = ["reach the red cube", "reach the blue cube"] * 4
+    labels = torch.tensor([1.0, 0.0] * 4)  # success only under the first instruction
+    p = _fit(heads, frames, tasks, None, labels)
+    assert (p[::2] > 0.9).all() and (p[1::2] < 0.1).all()
+
+
+def test_heads_learn_where_the_object_is():
+    # Success when a bright square sits in the left half of the frame: position, not content, decides.
+    torch.manual_seed(0)
+    frames = -torch.ones(16, 1, 3, 16, 16)
+    labels = torch.zeros(16)
+    for i in range(16):
+        x = int(torch.randint(0, 14, ()))
+        y = int(torch.randint(0, 14, ()))
+        frames[i, 0, :, y : y + 3, x : x + 3] = 1
+        labels[i] = float(x + 1 < 8)
+    heads = OutcomeHeads(OutcomeHeadsConfig(channels=16, use_state=False, dropout=0.0, augment_shift=0))
+    p = _fit(heads, frames, None, None, labels, steps=200)
+    assert ((p > 0.5).float() == labels).all()
 
 
 def test_heads_with_state_learn_a_state_dependent_success():
     # The same frame and instruction; only the joint state says whether the arm is at the goal.
     torch.manual_seed(0)
-    heads = OutcomeHeads(width=16, cfg=OutcomeHeadsConfig(hidden=32, use_state=True), state_dim=4)
-    features = torch.randn(1, 5, 16).expand(8, 5, 16)
+    heads = OutcomeHeads(OutcomeHeadsConfig(channels=16, dropout=0.0), state_dim=4)
+    frames = torch.rand(1, 1, 3, 16, 16).expand(8, 1, 3, 16, 16)
     state = torch.randn(8, 4)
     labels = (state[:, 0] > 0).float()
-    opt = torch.optim.Adam(heads.parameters(), 1e-2)
-    for _ in range(150):
-        logits = heads(features, ["reach the red cube"] * 8, state)["success_logit"]
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    p = torch.sigmoid(heads(features, ["reach the red cube"] * 8, state)["success_logit"])
+    p = _fit(heads, frames, ["reach the red cube"] * 8, state, labels)
     assert ((p > 0.5).float() == labels).all()
+
+
+def test_heads_shapes_and_errors():
+    heads = OutcomeHeads(OutcomeHeadsConfig(channels=8), num_views=2, state_dim=3)
+    out = heads(torch.randn(3, 5, 2, 3, 16, 16), ["a", "b", "c"], torch.randn(3, 5, 3))  # 5 frames, 2 views
+    assert out["success_logit"].shape == (3, 5)
+    assert heads(torch.randn(3, 2, 3, 16, 16), None, torch.randn(3, 3))["reward"].shape == (3,)
+    with pytest.raises(ValueError, match="2 instructions for a batch of 3"):
+        heads(torch.randn(3, 2, 3, 16, 16), ["a", "b"], torch.randn(3, 3))
     with pytest.raises(ValueError, match="use_state"):
-        heads(features, None)
+        heads(torch.randn(3, 2, 3, 16, 16), None)
+    with pytest.raises(ValueError, match=r"\[B, \.\.\., 2, 3, H, W\]"):
+        heads(torch.randn(3, 1, 3, 16, 16), None, torch.randn(3, 3))
     with pytest.raises(ValueError, match="state size"):
-        OutcomeHeads(width=16, cfg=OutcomeHeadsConfig(use_state=True))
+        OutcomeHeads(OutcomeHeadsConfig(use_state=True))
+
+
+def test_training_shifts_the_frames_and_evaluation_does_not():
+    torch.manual_seed(0)
+    heads = OutcomeHeads(OutcomeHeadsConfig(channels=8, use_state=False, dropout=0.0, augment_shift=3))
+    frames = torch.rand(4, 1, 3, 16, 16) * 2 - 1
+    heads.train()
+    trained = [heads(frames)["success_logit"] for _ in range(6)]
+    assert any(not torch.allclose(trained[0], t) for t in trained[1:])
+    heads.eval()
+    torch.testing.assert_close(heads(frames)["success_logit"], heads(frames)["success_logit"])

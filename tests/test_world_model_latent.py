@@ -41,7 +41,9 @@ def test_latent_world_model_trains_and_rolls_out_in_pixels(tiny_autoencoder, tmp
     assert torch.isfinite(loss)
     loss.backward()
     assert all(p.grad is None for p in model.codec.parameters())  # the autoencoder stays frozen
-    out, rewards, _ = model.eval().rollout(frames[:, :2], torch.randn(2, 1, 4), torch.randn(2, 3, 4))
+    out, rewards, _ = model.eval().rollout(
+        frames[:, :2], torch.randn(2, 1, 4), torch.randn(2, 3, 4), future_state=torch.randn(2, 3, 4)
+    )
     assert out.shape == (2, 3, 3, 16, 16) and rewards.shape == (2, 3)
     assert out.min() >= 0 and out.max() <= 1
     model.save_pretrained(tmp_path / "wm")

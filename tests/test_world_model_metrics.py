@@ -84,6 +84,8 @@ def test_rollout_fidelity_reports_every_horizon_step_and_the_copy_last_baseline(
         torch.randn(n, ctx + horizon, 4),
         torch.rand(n, ctx + horizon),
         torch.zeros(n, ctx + horizon, dtype=torch.bool),
+        state=torch.randn(n, ctx + horizon, 4),
+        task=["reach the red cube"] * n,
     )
     imagined = imagine(model, windows, ctx, steps=1)
     assert imagined[0].shape == (n, horizon, 1, 3, 16, 16)

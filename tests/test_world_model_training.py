@@ -58,8 +58,9 @@ def test_save_and_load_pretrained_round_trip(tmp_path):
     assert {p.name for p in (tmp_path / "wm").iterdir()} == {"config.yaml", "model.safetensors", "stats.json"}
     loaded = WorldModel.from_pretrained(tmp_path / "wm")
     ctx, ctx_a, fut = torch.rand(1, 2, 3, SIZE, SIZE), torch.randn(1, 1, 4), torch.randn(1, 3, 4)
-    a = model.eval().rollout(ctx, ctx_a, fut, generator=torch.Generator().manual_seed(0))
-    b = loaded.rollout(ctx, ctx_a, fut, generator=torch.Generator().manual_seed(0))
+    state = torch.randn(1, 3, 4)
+    a = model.eval().rollout(ctx, ctx_a, fut, generator=torch.Generator().manual_seed(0), future_state=state)
+    b = loaded.rollout(ctx, ctx_a, fut, generator=torch.Generator().manual_seed(0), future_state=state)
     for x, y in zip(a, b):
         assert torch.equal(x, y)
 
@@ -197,6 +198,7 @@ def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_l
     with pytest.raises(ValueError, match="init_from"):
         train(parse_cli(TrainWorldModelConfig, [*args, "--heads_only=true"]))
     base_cfg = tiny_model_config()
+    base_cfg.heads.use_state = False
     torch.manual_seed(0)
     WorldModel(base_cfg).save_pretrained(tmp_path / "base")  # heads without state: refitted with it
     args += ["--heads_only=true", f"--init_from={tmp_path / 'base'}", "--model.heads.use_state=true"]

@@ -219,14 +219,13 @@ class VideoDiT(nn.Module):
             new_kv.append(kv)
         shift, scale = self.final_ada(F.silu(cond)).chunk(2, -1)
         h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)
-        features = h.view(b, nf, cfg.frame_len, cfg.width)
         out = self._unpatchify(self.final(h), b, nf)
         if cfg.residual_to_previous_frame:
             out = out + prev
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
             out = out + self.refine(both.flatten(0, 2)).view_as(out)
-        return out, features, new_kv
+        return out, new_kv
 
     def _patchify(self, x: torch.Tensor) -> torch.Tensor:
         """[B, F, V, C, H, W] -> [B, F, V, patches, C * p * p] (row-major patches)."""

@@ -95,7 +95,8 @@ def imagine(
 
     `shuffle_actions` feeds each window the future actions of another window (a fixed derangement): the
     action-sensitivity test, where a model that ignores actions would score the same as with real ones.
-    Returns frames [N, H, ...], rewards [N, H], success probabilities [N, H].
+    Returns frames [N, H, ...], rewards [N, H], success probabilities [N, H] (None for both when the heads
+    read the joint state and the windows have none).
     """
     n, total = windows.frames.shape[:2]
     if total - context < 1:
@@ -122,6 +123,8 @@ def imagine(
         frames.append(f)
         rewards.append(r)
         success.append(s)
+    if rewards[0] is None:  # heads that read the joint state, windows without it
+        return torch.cat(frames), None, None
     return torch.cat(frames), torch.cat(rewards), torch.cat(success)
 
 
@@ -166,11 +169,11 @@ def rollout_fidelity(
     out["idm_error_generated"] = (idm_gen - commanded).abs().mean((0, 2)).tolist()
     out["idm_error_real"] = (idm_real - commanded).abs().mean((0, 2)).tolist()
 
-    real_reward = windows.reward[:, context - 1 : total - 1].float()
-    real_success = windows.success[:, context - 1 : total - 1].bool()
-    pred_success = success > 0.5
-    out["reward_mae"] = (rewards - real_reward).abs().mean(0).tolist()
-    out["success_accuracy"] = (pred_success == real_success).float().mean(0).tolist()
+    if rewards is not None:  # the heads' verdicts on generated frames (absent: `imagine` had no states)
+        real_reward = windows.reward[:, context - 1 : total - 1].float()
+        real_success = windows.success[:, context - 1 : total - 1].bool()
+        out["reward_mae"] = (rewards - real_reward).abs().mean(0).tolist()
+        out["success_accuracy"] = ((success > 0.5) == real_success).float().mean(0).tolist()
     return out
 
 

@@ -115,7 +115,7 @@ class WorldModel(nn.Module):
         cfg.validate()
         self.cfg = cfg
         self.dit = VideoDiT(cfg.dit)
-        self.heads = OutcomeHeads(cfg.dit.width, cfg.heads, cfg.idm.state_dim)
+        self.heads = OutcomeHeads(cfg.heads, cfg.dit.num_views, cfg.idm.state_dim)
         self.codec = FrameCodec(cfg.autoencoder)
         self.pixel_size = cfg.autoencoder.image_size if self.codec.latent else cfg.dit.image_size
         if self.codec.latent and self.codec.latent_shape() != (cfg.dit.channels, cfg.dit.image_size):
@@ -160,39 +160,27 @@ class WorldModel(nn.Module):
         return self.normalizer.normalize(STATE, s)
 
     def outcomes(
-        self, features: torch.Tensor, task: list[str] | None, state: torch.Tensor | None
+        self, pixels: torch.Tensor, task: list[str] | None, state: torch.Tensor | None
     ) -> dict[str, torch.Tensor]:
-        """The heads on frame features [B, ..., P, D], with the frames' joint states [B, ..., S] in dataset
-        units (read only with `heads.use_state`)."""
+        """The heads on frames [B, ..., V, 3, H, W] in [-1, 1], with the frames' joint states [B, ..., S] in
+        dataset units (read only with `heads.use_state`)."""
         if not self.cfg.heads.use_state:
-            return self.heads(features, task)
+            return self.heads(pixels, task)
         if state is None:
             raise ValueError(
                 "heads.use_state=True: the outcome heads need the joint state of each frame "
                 "(observation.state in training, `future_state` in a rollout)"
             )
-        return self.heads(features, task, self.normalize_state(state.float()))
-
-    def real_frame_features(self, frames: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Features [B, T, (V·)P, D] of real frames [B, T, (V,) 3, H, W] passed as clean context under their
-        actions [B, T, A] (action t leads from frame t to t + 1): what the heads read in a rollout."""
-        pixels, _ = self._with_views(frames, "frames")
-        x = self.codec.encode(self.frames_in(pixels))
-        a = self.lead_action_features(self.normalize_action(actions))
-        valid = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-        valid[:, 0] = False
-        prev = torch.cat([x[:, :1], x[:, :-1]], 1)
-        index = torch.arange(x.shape[1], device=x.device)
-        features, _, _ = self._context_pass(x, prev, a, valid, index, None, None)
-        return features
+        return self.heads(pixels, task, self.normalize_state(state.float()))
 
     def heads_loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
-        """Loss of the outcome heads alone on real windows, the rest of the model frozen (fitting or
-        re-fitting the heads on more labelled episodes is cheap: one no-grad pass, no diffusion)."""
-        with torch.no_grad():
-            features = self.real_frame_features(batch["frames"], batch["actions"])
+        """Loss of the outcome heads alone on real windows (the rest of the model is left alone): to fit
+        the heads again, or on more labelled episodes, without the cost of the diffusion model."""
+        pixels, _ = self._with_views(batch["frames"], "frames")
         state = batch.get("state")
-        pred = self.outcomes(features[:, 1:], batch.get("task"), None if state is None else state[:, 1:])
+        pred = self.outcomes(
+            self.frames_in(pixels[:, 1:]), batch.get("task"), None if state is None else state[:, 1:]
+        )
         outcomes = {k: batch[k] for k in ("reward", "success", "done") if k in batch}
         if not outcomes:
             raise KeyError(
@@ -307,7 +295,7 @@ class WorldModel(nn.Module):
                 [flow.input_scale(clean, ctx_t, par, sd), flow.input_scale(noisy, target_t, par, sd)], 1
             )
             prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
-            out, features, _ = self.dit(
+            out, _ = self.dit(
                 seq,
                 torch.cat([prev_clean, clean[:, :-1]], 1),
                 torch.cat([lead_actions, lead_actions[:, 1:]], 1),
@@ -316,13 +304,13 @@ class WorldModel(nn.Module):
                 time_index,
                 teacher_forced=True,
             )
-            return out, features
+            return out
 
         if cfg.self_forcing > 0:
             with torch.no_grad():
                 own_t = 0.5 + 0.5 * torch.rand(b, t_len - 1, device=dev)
                 own_noisy = flow.add_noise(x[:, 1:], torch.randn_like(x[:, 1:]), own_t)
-                own_out, _ = teacher_forced_pass(clean, own_noisy, own_t, torch.ones_like(keep))
+                own_out = teacher_forced_pass(clean, own_noisy, own_t, torch.ones_like(keep))
                 own = flow.to_x0(own_out[:, t_len:], own_noisy, own_t, cfg.parameterisation, cfg.sigma_data)
                 if not self.codec.latent:
                     own = own.clamp(-1, 1)
@@ -330,7 +318,7 @@ class WorldModel(nn.Module):
                 pick = (torch.rand(b, device=dev) < cfg.self_forcing).view(b, *[1] * (x.dim() - 1))
                 clean = torch.cat([clean[:, :1], torch.where(pick, own, clean[:, 1:])], 1)
 
-        out, features = teacher_forced_pass(clean, noisy, target_t, keep)
+        out = teacher_forced_pass(clean, noisy, target_t, keep)
         sd, par = cfg.sigma_data, cfg.parameterisation
         target = flow.training_target(x[:, 1:], noise, noisy, target_t, par, sd)
         diffusion = F.mse_loss(out[:, t_len:], target)
@@ -340,7 +328,7 @@ class WorldModel(nn.Module):
         loss = diffusion
 
         if outcomes:
-            pred = self.outcomes(features[:, 1:t_len], task, None if state is None else state[:, 1:])
+            pred = self.outcomes(pixels[:, 1:], task, None if state is None else state[:, 1:])
             head_loss = self._outcome_loss(pred, outcomes)
             loss = loss + cfg.head_loss_weight * head_loss
             logs["loss/heads"] = head_loss.item()
@@ -375,9 +363,9 @@ class WorldModel(nn.Module):
         tt = torch.full((b, 1), t, device=x_t.device)
         inp = flow.input_scale(x_t, tt, cfg.parameterisation, cfg.sigma_data)
         if history is None:
-            out, _, _ = self.dit(inp, prev, a, valid, tt, index, kv_cache=cache)
+            out, _ = self.dit(inp, prev, a, valid, tt, index, kv_cache=cache)
         else:
-            out, _, _ = self.dit(
+            out, _ = self.dit(
                 torch.cat([history["x"], inp], 1),
                 torch.cat([history["prev"], prev], 1),
                 torch.cat([history["a"], a], 1),
@@ -389,12 +377,13 @@ class WorldModel(nn.Module):
         return flow.to_x0(out, x_t, tt, cfg.parameterisation, cfg.sigma_data)
 
     def _context_pass(self, clean, prev, a, valid, index, cache, history):
-        """Run frames as (lightly noised) context: returns features and updates the cache or history."""
+        """Run frames as (lightly noised) context: returns the updated KV cache, or the history the
+        recompute path re-runs at every denoising step."""
         cfg = self.cfg
         t = torch.full(clean.shape[:2], cfg.context_noise_rollout, device=clean.device)
         inp = flow.input_scale(clean, t, cfg.parameterisation, cfg.sigma_data)
         if history is None:
-            _, features, kv = self.dit(inp, prev, a, valid, t, index, kv_cache=cache)
+            _, kv = self.dit(inp, prev, a, valid, t, index, kv_cache=cache)
             keep = cfg.dit.context_frames * cfg.dit.frame_len
             new_cache = [
                 (torch.cat([c[0], k], 2)[:, :, -keep:], torch.cat([c[1], v], 2)[:, :, -keep:])
@@ -402,7 +391,7 @@ class WorldModel(nn.Module):
                 else (k, v)
                 for c, (k, v) in zip(cache or [None] * len(kv), kv)
             ]
-            return features, new_cache, None
+            return new_cache, None
         history = {
             "x": torch.cat([history["x"], inp], 1),
             "prev": torch.cat([history["prev"], prev], 1),
@@ -411,10 +400,7 @@ class WorldModel(nn.Module):
             "t": torch.cat([history["t"], t], 1),
             "index": torch.cat([history["index"], index]),
         }
-        _, features, _ = self.dit(
-            history["x"], history["prev"], history["a"], history["valid"], history["t"], history["index"]
-        )
-        return features[:, -clean.shape[1] :], None, history
+        return None, history
 
     @torch.no_grad()
     def rollout(
@@ -438,7 +424,8 @@ class WorldModel(nn.Module):
         keys/values are computed once and kept for the next `dit.context_frames` frames; without it every denoising
         step re-runs the whole history (the reference path, same result up to float error).
         Returns frames [B, H, (V,) 3, H, W] in [0, 1], rewards [B, H] and success probabilities [B, H],
-        both for the transition into each generated frame. Deterministic given `generator`.
+        both for the transition into each generated frame (None for both when the heads read the joint
+        state and no `future_state` is given: frames only). Deterministic given `generator`.
         """
         cfg = self.cfg
         sampler = sampler or cfg.sampler
@@ -463,6 +450,7 @@ class WorldModel(nn.Module):
                 f"got {list(future_state.shape)}"
             )
         dev = ctx.device
+        judge = future_state is not None or not cfg.heads.use_state  # heads that read the state need it
         x = self.codec.encode(self.frames_in(ctx))
         a_ctx = self.lead_action_features(
             torch.cat([self.normalize_action(context_actions), torch.zeros(b, 1, a_dim, device=dev)], 1)
@@ -487,7 +475,7 @@ class WorldModel(nn.Module):
                 "index": torch.zeros(0, dtype=torch.long, device=dev),
             }
         )
-        _, cache, history = self._context_pass(
+        cache, history = self._context_pass(
             clean, prev, a_ctx, valid, torch.arange(c, device=dev), None, empty
         )
         last = clean[:, -1:]
@@ -509,18 +497,22 @@ class WorldModel(nn.Module):
             x0 = sample(denoise, noise, sampler)
             if not self.codec.latent:
                 x0 = x0.clamp(-1, 1)  # pixels; latents have no fixed range
-            frames.append(x0)
+            pixels = self.codec.decode(x0) if self.codec.latent else x0
+            frames.append(pixels)
             clean_new = flow.add_noise(
                 x0, torch.randn(x0.shape, generator=generator, device=dev), torch.tensor(s, device=dev)
             )
-            features, cache, history = self._context_pass(clean_new, last, a, yes, index, cache, history)
-            out = self.outcomes(features[:, 0], task, None if future_state is None else future_state[:, k])
-            rewards.append(out["reward"])
-            success.append(torch.sigmoid(out["success_logit"]))
+            cache, history = self._context_pass(clean_new, last, a, yes, index, cache, history)
+            if judge:
+                out = self.outcomes(pixels[:, 0], task, None if future_state is None else future_state[:, k])
+                rewards.append(out["reward"])
+                success.append(torch.sigmoid(out["success_logit"]))
             last = clean_new
-        gen = self.frames_out(self.codec.decode(torch.cat(frames, 1)))
+        gen = self.frames_out(torch.cat(frames, 1))
         if squeeze:
             gen = gen.squeeze(2)
+        if not judge:
+            return gen, None, None
         return gen, torch.stack(rewards, 1), torch.stack(success, 1)
 
     @torch.no_grad()
