@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch.utils.data import ConcatDataset
 
 from common.checkpoint import load_matching_weights, save_json
 from common.training import TrainLoopConfig, run_training
 from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from data.stats import dataset_stats, load_stats
 from data.windows import WorldModelWindows
+from world_model.imagined_windows import ImaginedWindows
 from world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, summarize
 from world_model.model import WorldModel, WorldModelConfig
 from world_model.visualize import horizon_plot, side_by_side_video
@@ -49,6 +51,9 @@ class TrainWorldModelConfig:
     # Train the outcome heads alone on the (frozen) world model of `init_from`: to fit them again after a
     # change of the heads, or on more labelled episodes, at the cost of one no-grad pass per window.
     heads_only: bool = False
+    # With heads_only: also fit the heads on the model's own rollouts of the training episodes (their real
+    # labels), the frames they judge in imagination (world_model/imagined_windows.py).
+    heads_on_rollouts: bool = True
 
 
 def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
@@ -117,7 +122,9 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         else dataset_stats(dataset, train_eps)
     )
     model = WorldModel(cfg.model, stats)
-    if cfg.init_from and not cfg.resume:
+    # heads_only loads the frozen model on resume too: the rollouts the heads fit on are drawn before the
+    # checkpoint's (identical) weights are restored.
+    if cfg.init_from and (not cfg.resume or cfg.heads_only):
         fresh = load_matching_weights(model, Path(cfg.init_from) / "model.safetensors")
         frozen_fresh = [k for k in fresh if not k.startswith("heads.")]
         if cfg.heads_only and frozen_fresh:
@@ -129,6 +136,10 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         model.requires_grad_(False)
         model.heads.requires_grad_(True)
     windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
+    if cfg.heads_only and cfg.heads_on_rollouts:
+        windows = ConcatDataset(
+            [windows, ImaginedWindows(model, dataset, train_eps, cfg.window, seed=cfg.train.seed)]
+        )
     eval_windows = held_out_windows(dataset, held_eps, cfg.eval)
     return run_training(
         model,
