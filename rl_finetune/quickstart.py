@@ -38,6 +38,7 @@ class QuickstartConfig:
     demo_steps: int = 40
     world_model_steps: int = 2000
     posttrain_steps: int = 20  # per post-training stage; a few seconds a step on 2 CPU cores
+    heads_steps: int = 1500  # outcome heads fitted again on the post-trained model's own rollouts
     policy_steps: int = 2000  # the tiny FlowVLA recipe: 100/100 on reach with 360 skill-1.0 demos
     eval_episodes: int = 50
     finetune_iterations: int = 20
@@ -52,6 +53,7 @@ class QuickstartConfig:
             self.demo_episodes = min(self.demo_episodes, 40)
             self.world_model_steps = min(self.world_model_steps, 150)
             self.posttrain_steps = min(self.posttrain_steps, 5)
+            self.heads_steps = min(self.heads_steps, 100)
             self.policy_steps = min(self.policy_steps, 300)
             self.eval_episodes = min(self.eval_episodes, 10)
             self.finetune_iterations = min(self.finetune_iterations, 2)
@@ -93,11 +95,8 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
     eval_bc = run_dir / "eval" / "bc_sim"
     eval_bc_imag = run_dir / "eval" / "bc_imagination"
     eval_ft = run_dir / "eval" / "finetuned_sim"
-    wm_ckpt = (
-        wm_post / "pretrained_model"
-        if (REPO / "posttrain_world_model.py").is_file()
-        else wm / "pretrained_model"
-    )
+    wm_final = run_dir / "world_model_final"
+    wm_ckpt = wm_final / "pretrained_model"
     sim_eval = ["--backend=sim", f"--episodes={cfg.eval_episodes}", f"--sim.task={cfg.task}"]
     return [
         Stage(
@@ -145,6 +144,23 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
             ],
             wm_post / "pretrained_model" / "model.safetensors",
             wm_post / "pretrained_model",
+        ),
+        Stage(
+            # The heads judge generated frames in imagination: fit them on the final model's rollouts.
+            "fit outcome heads on rollouts",
+            "train_world_model.py",
+            [
+                "--config=configs/world_model/tiny.yaml",
+                f"--dataset.root={data}",
+                f"--init_from={wm_post / 'pretrained_model'}",
+                "--heads_only=true",
+                f"--output_dir={wm_final}",
+                f"--train.steps={cfg.heads_steps}",
+                "--train.batch_size=32",
+            ],
+            wm_ckpt / "model.safetensors",
+            wm_ckpt,
+            lambda: _latest_eval(wm_final),
         ),
         Stage(
             "train policy (BC)",
@@ -218,7 +234,7 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
             [
                 "--config=configs/deploy/tiny.yaml",
                 f"--robot.task={cfg.task}",
-                f"--policy_path={(ft if (REPO / 'finetune_policy.py').is_file() else pol) / 'pretrained_model'}",
+                f"--policy_path={ft / 'pretrained_model'}",
                 f"--episode_time_s={cfg.deploy_seconds}",
                 f"--record.root={run_dir / 'deploy'}",
             ],

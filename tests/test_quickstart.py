@@ -50,3 +50,16 @@ def test_fast_mode_shrinks_every_budget_and_stages_use_one_dataset(tmp_path):
     stages = stages_for(cfg, tmp_path)
     data_args = [a for s in stages for a in s.args if a.startswith(("--root=", "--dataset.root="))]
     assert len({a.split("=", 1)[1] for a in data_args}) == 1
+
+
+def test_imagination_stages_use_the_world_model_with_heads_fitted_on_rollouts(tmp_path):
+    stages = {s.name: s for s in stages_for(QuickstartConfig(), tmp_path)}
+    heads = stages["fit outcome heads on rollouts"]
+    assert "--heads_only=true" in heads.args
+    assert f"--init_from={tmp_path / 'world_model_posttrained' / 'pretrained_model'}" in heads.args
+    final = str(tmp_path / "world_model_final" / "pretrained_model")
+    users = [s.name for s in stages.values() if any(final in a for a in s.args)]
+    assert users and all(n not in ("train world model", "post-train world model") for n in users)
+    names = list(stages)
+    assert names.index("fit outcome heads on rollouts") > names.index("post-train world model")
+    assert all(names.index(n) > names.index("fit outcome heads on rollouts") for n in users)
