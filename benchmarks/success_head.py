@@ -35,6 +35,7 @@ class SuccessHeadBenchmarkConfig:
     episodes: int = 40  # per split
     batch: int = 10
     threads: int = 2
+    name: str = "success_head"  # result file: benchmarks/results/<name>.json
 
 
 @torch.no_grad()
@@ -90,7 +91,7 @@ def main() -> None:
         "frames_per_episode": length,
         "rows": rows,
     }
-    path = write_result("success_head", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
+    path = write_result(cfg.name, figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     print(f"wrote {path}")
 
 
