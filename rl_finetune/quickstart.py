@@ -160,7 +160,7 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
             ],
             wm_ckpt / "model.safetensors",
             wm_ckpt,
-            lambda: _latest_eval(wm_final),
+            lambda: _latest_eval(wm_final, ("success_accuracy", "reward_mae")),
         ),
         Stage(
             "train policy (BC)",
@@ -269,12 +269,13 @@ def _ranking_metrics(directory: Path) -> dict:
     return out
 
 
-def _latest_eval(train_dir: Path) -> dict:
-    """Fidelity at horizons 1, 10 and 30 from the world-model trainer's last evaluation."""
+def _latest_eval(train_dir: Path, names=("ssim", "ssim_copy_last", "psnr", "psnr_copy_last")) -> dict:
+    """Curves `names` at horizons 1, 10 and 30 from the world-model trainer's last evaluation (fidelity by
+    default)."""
     evals = sorted((train_dir / "eval").glob("*/metrics.json"))
     curves = _read_json(evals[-1]) if evals else {}
     out = {}
-    for name in ("ssim", "ssim_copy_last", "psnr", "psnr_copy_last"):
+    for name in names:
         values = curves.get(name, [])
         for h in (1, 10, 30):
             if len(values) >= h:
