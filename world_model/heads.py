@@ -10,10 +10,12 @@ episodes their success AUROC was 0.67-0.69 (0.999 on training episodes), with or
 at 16x16 pixels a token is too coarse to tell which cube the gripper is at, so the heads learned the
 training episodes by heart. A small convolutional encoder at full resolution, with a spatial soft-argmax
 (where the instruction's object is) and frames shifted by a few pixels in training, reached 0.91 on
-held-out real frames, 0.992 when fitted on 1,440 episodes (benchmarks/results/success_head*.json). In imagination the joint positions are not
-drawn but integrated from the commanded actions (`WorldModelEnv`); the frame tells where things are. On
-generated frames far into a rollout they are not reliable yet: there the drawn arm is off from where the
-actions put it (see the README's imagination rows).
+held-out real frames, 0.992 when fitted on 1,440 episodes (benchmarks/results/success_head*.json).
+In imagination the joint positions are not drawn but integrated from the commanded actions
+(`WorldModelEnv`); the frame tells where things are. Generated frames drift from real ones over a long
+rollout: heads fitted on real frames only misjudge them, so they are fitted on the model's own rollouts
+too (world_model/imagined_windows.py).
+
 Success depends on the instruction as much as on the picture ("reach the red cube" and "reach the blue
 cube" differ only in words): its hashed words (common/text.py) modulate the image features (FiLM) before
 the spatial pooling, so the pooling looks for the named object. Without a task the embedding is zero.
