@@ -71,16 +71,21 @@ class WorldModelWindows(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         episode, start = self.starts[i]
-        item = self._from_table(start) if self.cache else self._from_lerobot(episode, start)
+        item = self._from_table(episode, start) if self.cache else self._from_lerobot(episode, start)
         if self.float_frames:
             item["frames"] = item["frames"].float() / 255
         item["episode_index"] = episode
         return item
 
-    def _from_table(self, start: int) -> dict:
+    def _table_frames(self, episode: int, start: int) -> torch.Tensor:
+        """[T, V, 3, H, W] uint8 frames of the window at `start` (a subclass may draw them instead)."""
+        window = slice(start, start + self.length)
+        return torch.stack([self.table.images[c][window] for c in self.dataset.cameras], dim=1)
+
+    def _from_table(self, episode: int, start: int) -> dict:
         t, window = self.table, slice(start, start + self.length)
         return {
-            "frames": torch.stack([t.images[c][window] for c in self.dataset.cameras], dim=1),
+            "frames": self._table_frames(episode, start),
             "actions": t.action[window],
             "state": t.state[window],
             "reward": t.reward[window],

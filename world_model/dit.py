@@ -198,8 +198,8 @@ class VideoDiT(nn.Module):
         x, prev: [B, F, V, C, H, W] (prev: each frame's previous clean frame, when configured); actions
         [B, F, A]; action_valid, t: [B, F]; time_index: [F] frame indices (for rotary time); kv_cache: per
         block the keys/values of earlier frames these frames attend to.
-        Returns the output [B, F, V, C, H, W], the final tokens of each frame [B, F, frame_len, D] (for the heads)
-        and per block the keys/values of these frames (for appending to a cache).
+        Returns the output [B, F, V, C, H, W] and per block the keys/values of these frames (for appending
+        to a cache).
         """
         cfg = self.cfg
         b, nf, nv, c, hgt, wid = x.shape

@@ -19,13 +19,15 @@ Items have the layout of `data.windows.WorldModelWindows` items, so the two conc
 from __future__ import annotations
 
 import torch
-from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from data.dataset import DatasetError, EpisodeDataset
+from data.dataset import EpisodeDataset
+from data.windows import WorldModelWindows
 
 
-class ImaginedWindows(Dataset):
+class ImaginedWindows(WorldModelWindows):
+    """`WorldModelWindows` of `length` frames whose frames 1.. are the model's rollout of the episode."""
+
     def __init__(
         self,
         model,
@@ -35,12 +37,10 @@ class ImaginedWindows(Dataset):
         batch_size: int = 32,
         seed: int = 0,
     ):
-        self.table = table = dataset.frame_table()
-        self.cameras, self.length = list(dataset.cameras), length
-        selected = [dataset.episodes[e] for e in episodes if dataset.episodes[e].length >= length]
-        if not selected:
-            raise DatasetError(f"dataset {dataset.root}: no episode has the {length} frames a window needs")
-        self.frames: dict[int, torch.Tensor] = {}  # episode start -> uint8 [L, V, 3, H, W]
+        super().__init__(dataset, episodes, context=1, horizon=length - 1)
+        table, cameras = self.table, list(dataset.cameras)
+        selected = [dataset.episodes[e] for e in sorted({e for e, _ in self.starts})]
+        self.imagined: dict[int, torch.Tensor] = {}  # episode -> uint8 [L, V, 3, H, W], frame 0 real
         by_length: dict[int, list] = {}
         for ep in selected:
             by_length.setdefault(ep.length, []).append(ep)
@@ -51,41 +51,20 @@ class ImaginedWindows(Dataset):
         for group in by_length.values():
             for i in range(0, len(group), batch_size):
                 chunk = group[i : i + batch_size]
-                real = torch.stack(
-                    [
-                        torch.stack([table.images[c][ep.start : ep.end] for c in self.cameras], 1)
-                        for ep in chunk
-                    ]
-                )  # [B, n, V, 3, H, W] uint8
+                first = torch.stack(
+                    [torch.stack([table.images[c][ep.start] for c in cameras]) for ep in chunk]
+                )[:, None]  # [B, 1, V, 3, H, W] uint8
                 actions = torch.stack([table.action[ep.start : ep.end - 1] for ep in chunk])
                 generated, _, _ = model.rollout(
-                    real[:, :1].float() / 255, actions[:, :0], actions, generator=generator
+                    first.float() / 255, actions[:, :0], actions, generator=generator
                 )
-                frames = torch.cat([real[:, :1], (generated * 255).round().to(torch.uint8)], 1)
+                frames = torch.cat([first, (generated * 255).round().to(torch.uint8)], 1)
                 for ep, f in zip(chunk, frames):
-                    self.frames[ep.start] = f
+                    self.imagined[ep.index] = f
                 bar.update(len(chunk))
         bar.close()
         model.train(was_training)
-        self.starts = [
-            (ep.index, ep.start, s) for ep in selected for s in range(ep.start, ep.end - length + 1)
-        ]
 
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __getitem__(self, i: int) -> dict:
-        episode, episode_start, start = self.starts[i]
-        t, window = self.table, slice(start, start + self.length)
-        offset = start - episode_start
-        return {
-            "frames": self.frames[episode_start][offset : offset + self.length],
-            "actions": t.action[window],
-            "state": t.state[window],
-            "reward": t.reward[window],
-            "success": t.success[window],
-            "done": t.done[window],
-            "task": t.task[start],
-            "frame_index": int(t.frame_index[start]),
-            "episode_index": episode,
-        }
+    def _table_frames(self, episode: int, start: int) -> torch.Tensor:
+        offset = start - self.dataset.episodes[episode].start
+        return self.imagined[episode][offset : offset + self.length]

@@ -173,19 +173,19 @@ class WorldModel(nn.Module):
             )
         return self.heads(pixels, task, self.normalize_state(state.float()))
 
-    def heads_loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
-        """Loss of the outcome heads alone on real windows (the rest of the model is left alone): to fit
-        the heads again, or on more labelled episodes, without the cost of the diffusion model."""
-        pixels, _ = self._with_views(batch["frames"], "frames")
-        state = batch.get("state")
-        pred = self.outcomes(
-            self.frames_in(pixels[:, 1:]), batch.get("task"), None if state is None else state[:, 1:]
-        )
-        outcomes = {k: batch[k] for k in ("reward", "success", "done") if k in batch}
+    def heads_loss(
+        self,
+        frames: torch.Tensor,
+        outcomes: dict[str, torch.Tensor],
+        state: torch.Tensor | None = None,
+        task: list[str] | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss of the outcome heads alone on windows (arguments as `compute_loss`; the rest of the model is
+        left alone): to fit the heads again, or on more labelled episodes, without the diffusion model."""
         if not outcomes:
-            raise KeyError(
-                f"heads-only training needs next.reward/success/done labels; batch has {sorted(batch)}"
-            )
+            raise KeyError("heads-only training needs next.reward/success/done labels; the batch has none")
+        pixels, _ = self._with_views(frames, "frames")
+        pred = self.outcomes(self.frames_in(pixels[:, 1:]), task, None if state is None else state[:, 1:])
         loss = self._outcome_loss(pred, outcomes)
         return loss, {"loss/heads": loss.item()}
 
@@ -233,14 +233,15 @@ class WorldModel(nn.Module):
     def forward(self, batch: dict, heads_only: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
         """Training loss on a batch of `data.windows.WorldModelWindows` items (what the shared loop calls);
         `heads_only`: the outcome heads' loss alone (`heads_loss`)."""
-        if heads_only:
-            return self.heads_loss(batch)
-        missing = [k for k in ("frames", "actions") if k not in batch]
+        needed = ("frames",) if heads_only else ("frames", "actions")
+        missing = [k for k in needed if k not in batch]
         if missing:
             raise KeyError(
                 f"world-model batch lacks {missing}; has {sorted(batch)} (expected WorldModelWindows items)"
             )
         outcomes = {k: batch[k] for k in ("reward", "success", "done") if k in batch}
+        if heads_only:
+            return self.heads_loss(batch["frames"], outcomes, batch.get("state"), batch.get("task"))
         return self.compute_loss(
             batch["frames"], batch["actions"], outcomes, batch.get("state"), batch.get("task")
         )

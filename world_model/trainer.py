@@ -49,7 +49,7 @@ class TrainWorldModelConfig:
     # fine-tune on new data, or after adding a part (its new parameters start fresh). Stats are recomputed.
     init_from: str = ""
     # Train the outcome heads alone on the (frozen) world model of `init_from`: to fit them again after a
-    # change of the heads, or on more labelled episodes, at the cost of one no-grad pass per window.
+    # change of the heads, or on more labelled episodes; no diffusion pass, so minutes on a CPU.
     heads_only: bool = False
     # With heads_only: also fit the heads on the model's own rollouts of the training episodes (their real
     # labels), the frames they judge in imagination (world_model/imagined_windows.py).
