@@ -39,7 +39,8 @@ class ImaginedWindows(WorldModelWindows):
     ):
         super().__init__(dataset, episodes, context=1, horizon=length - 1)
         table, cameras = self.table, list(dataset.cameras)
-        selected = [dataset.episodes[e] for e in sorted({e for e, _ in self.starts})]
+        windowed = {e for e, _ in self.starts}
+        selected = [dataset.episodes[e] for e in episodes if e in windowed]  # in the caller's order
         self.imagined: dict[int, torch.Tensor] = {}  # episode -> uint8 [L, V, 3, H, W], frame 0 real
         by_length: dict[int, list] = {}
         for ep in selected:
