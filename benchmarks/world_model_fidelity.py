@@ -53,6 +53,7 @@ class FidelityBenchmarkConfig:
     train_steps: int = 12  # 0 skips the training-throughput measurement
     threads: int = 0  # torch threads for this process; 0 -> torch's default
     seed: int = 0
+    name: str = "world_model_fidelity"  # benchmarks/results/<name>.json
 
 
 def subset(w: HeldOutWindows, n: int, length: int | None = None) -> HeldOutWindows:
@@ -223,7 +224,7 @@ def main() -> None:
 
     figures["targets"] = targets
     print_table([{"target": k, "value": v} for k, v in targets.items()], "targets")
-    print(f"wrote {write_result('world_model_fidelity', figures)}")
+    print(f"wrote {write_result(cfg.name, figures)}")
 
 
 if __name__ == "__main__":
