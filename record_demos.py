@@ -1,7 +1,10 @@
-"""Record scripted-expert demonstrations from the MuJoCo tabletop suite into a local LeRobotDataset v3.
+"""Record scripted-expert demonstrations from the MuJoCo tabletop suite into a local LeRobotDataset v3,
+or the sim episodes of trained policies (their failures included) next to existing data.
 
 python record_demos.py --config configs/record/tiny.yaml
 python record_demos.py --task=reach --episodes=100 --skill_range="[0.2, 1.0]" --root=outputs/datasets/mix
+python record_demos.py --task=reach --episodes=40 --policies="[outputs/zoo/a, outputs/zoo/b]" \
+    --include="[outputs/datasets/mix]" --cameras="[front]" --root=outputs/datasets/mix_and_policies
 """
 
 from __future__ import annotations
@@ -17,7 +20,12 @@ def main(args: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cfg = parse_cli(RecordingConfig, args)
     try:
-        root = record_demos(cfg)
+        if cfg.policies:
+            from vla.sim_recording import record_policies
+
+            root = record_policies(cfg)
+        else:
+            root = record_demos(cfg)
     except KeyboardInterrupt:
         print(f"interrupted: {cfg.root} holds the episodes completed before Ctrl-C", file=sys.stderr)
         sys.exit(130)

@@ -50,8 +50,16 @@ class RecordingConfig:
     # lerobot's async PNG writer threads; 2 record ~1.6x faster than 0 (benchmarks/recording.py)
     image_writer_threads: int = 2
     backend: str = "mujoco"  # physics/rendering: mujoco | genesis (pip install 'worldloop[genesis]')
+    # Record these policies (pretrained_model directories) instead of the scripted expert: `episodes` each,
+    # policy k's episode i on seed `seed + k * episodes + i`. Their failures differ from the expert's, and
+    # the world model's success head learns failure only from the failures it is shown (vla/sim_recording.py).
+    policies: list[str] = field(default_factory=list)
+    # With `policies`: datasets whose episodes come first in the new one (e.g. the expert demonstrations).
+    include: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
+        if self.include and not self.policies:
+            raise ValueError("RecordingConfig.include adds datasets to recorded policies: set policies too")
         if self.episodes < 1:
             raise ValueError(f"RecordingConfig.episodes must be >= 1, got {self.episodes}")
         if not self.root:

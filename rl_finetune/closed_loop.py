@@ -30,68 +30,22 @@ import dataclasses
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
-import torch
 
 from common.checkpoint import save_json
 from common.training import run_training
-from data.actor_recording import grow_dataset, record_actor_episodes
+from data.actor_recording import grow_dataset
 from data.dataset import DatasetConfig
-from data.features import IMAGE_PREFIX, STATE, TASK, image_key
+from data.features import IMAGE_PREFIX
 from data.windows import WorldModelWindows
 from rl_finetune.closed_loop_config import LoopConfig
 from rl_finetune.policy_finetune import FinetunePolicyConfig, PolicyPath, finetune
 from rl_finetune.sim_steps import count_sim_steps
-from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
+from sim.tabletop_env import TabletopEnvConfig
 from vla.factory import load_policy
+from vla.sim_recording import record_policy_episodes as record_sim_episodes
 from world_model.model import WorldModel
 from world_model.trainer import TrainWorldModelConfig, open_dataset
-
-
-class _KeepsLastObservation(gym.Wrapper):
-    """The env as it is, remembering its last observation for an actor that acts on it."""
-
-    last_observation: dict
-
-    def reset(self, **kwargs):
-        self.last_observation, info = self.env.reset(**kwargs)
-        return self.last_observation, info
-
-    def step(self, action):
-        self.last_observation, *rest = self.env.step(action)
-        return self.last_observation, *rest
-
-
-class PolicyActor:
-    """A `Policy` in the recorder's actor shape (`reset(seed)`, `act()`), reading the wrapped env's last
-    observation; the sampler's noise is seeded per episode so a recording is reproducible."""
-
-    def __init__(self, policy, env: _KeepsLastObservation, device: str):
-        self.policy, self.env, self.device = policy, env, device
-        self.cameras = tuple(policy.config.cameras)
-        self.task = ""
-
-    def reset(self, seed: int | None = None) -> None:
-        self.policy.reset()
-        if seed is not None:
-            torch.manual_seed(seed)
-        self.task = self.env.unwrapped.task_info()["task"]
-
-    @torch.no_grad()
-    def act(self) -> np.ndarray:
-        obs = self.env.last_observation
-        batch = {
-            image_key(c): torch.from_numpy(obs[image_key(c)])
-            .permute(2, 0, 1)[None]
-            .float()
-            .div(255)
-            .to(self.device)
-            for c in self.cameras
-        }
-        batch[STATE] = torch.from_numpy(obs[STATE])[None].float().to(self.device)
-        batch[TASK] = [self.task]
-        return self.policy.select_action(batch)[0].cpu().numpy()
 
 
 def recorded_cameras(dataset_root: str) -> tuple[tuple[str, ...], int]:
@@ -117,31 +71,17 @@ def record_policy_episodes(
     """(a): the policy at `policy_path` in the sim, one episode per seed, recorded at `root`."""
     cameras, size = recorded_cameras(cfg.loop.dataset_root)
     policy = load_policy(policy_path, cfg.device)
-    missing = [c for c in policy.config.cameras if c not in cameras]
-    if missing or tuple(policy.config.image_size) != (size, size):
-        raise ValueError(
-            f"policy {policy_path} reads cameras {list(policy.config.cameras)} at "
-            f"{list(policy.config.image_size)}; the world model's data has {list(cameras)} at {size}x{size}"
-        )
     sim = cfg.eval.sim
-    env = _KeepsLastObservation(
-        TabletopEnv(
-            TabletopEnvConfig(
-                task=sim.task,
-                image_size=size,
-                cameras=cameras,
-                max_steps=sim.max_steps,
-                terminate_on_success=cfg.loop.terminate_on_success,
-                init_joint_noise=sim.init_joint_noise,
-                backend=sim.backend,
-            )  # fmt: skip
-        )
+    env_cfg = TabletopEnvConfig(
+        task=sim.task,
+        image_size=size,
+        cameras=cameras,
+        max_steps=sim.max_steps,
+        terminate_on_success=cfg.loop.terminate_on_success,
+        init_joint_noise=sim.init_joint_noise,
+        backend=sim.backend,
     )
-    try:
-        policy.eval()
-        return record_actor_episodes(env, PolicyActor(policy, env, cfg.device), root, seeds)
-    finally:
-        env.close()
+    return record_sim_episodes(policy, env_cfg, root, seeds, cfg.device)
 
 
 def finetune_world_model(

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from imagination_fixtures import tiny_policy, tiny_world_model
+from imagination_fixtures import IMAGE_SIZE, tiny_policy, tiny_world_model
 
 from common.training import TrainLoopConfig
 from data.actor_recording import grow_dataset, record_actor_episodes
@@ -19,6 +19,7 @@ from rl_finetune.policy_finetune import FinetuneEvalConfig, FinetunePolicyConfig
 from sim.experts import ScriptedExpert
 from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 from vla.sim_evaluation import SimEvalConfig
+from vla.sim_recording import record_policies
 from world_model.model import WorldModel
 from world_model.world_model_env import WorldModelEnvConfig
 
@@ -129,3 +130,37 @@ def test_kl_reference_can_be_another_policy(tmp_path):
     reference, original = trainer.reference.state_dict(), tiny_policy(seed=5).state_dict()
     assert all(torch.equal(reference[k], original[k]) for k in original)
     assert not all(torch.equal(reference[k], v) for k, v in trainer.policy.state_dict().items())
+
+
+def test_record_policies_appends_each_policys_episodes_after_the_included_data(tmp_path):
+    """`record_demos.py --policies=[a, b] --include=[experts]`: expert episodes first, then each policy's,
+    on the seeds the docs promise; a policy reading another camera is refused before anything is written."""
+    experts = _base_dataset(tmp_path / "experts", episodes=2)
+    paths = []
+    for k in range(2):
+        tiny_policy(seed=k).save_pretrained(tmp_path / f"p{k}")
+        paths.append(str(tmp_path / f"p{k}"))
+    cfg = RecordingConfig(
+        root=str(tmp_path / "grown"), task="reach", episodes=3, seed=500, image_size=IMAGE_SIZE,
+        cameras=["front"], max_steps=STEPS, terminate_on_success=False, image_writer_threads=0,
+        policies=paths, include=[str(experts)],
+    )  # fmt: skip
+    root = record_policies(cfg)
+    from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+
+    meta = LeRobotDatasetMetadata("local/grown", root=root)
+    assert meta.total_episodes == 2 + 2 * 3 and meta.total_frames == (2 + 2 * 3) * STEPS
+    recording = json.loads((root / "meta" / "recording.json").read_text())
+    assert [p["policy"] for p in recording["policies"]] == paths
+    assert [[e["seed"] for e in p["episodes"]] for p in recording["policies"]] == [
+        [500, 501, 502],
+        [503, 504, 505],
+    ]
+    assert not (tmp_path / ".grown.parts").exists()
+
+    tiny_policy(cameras=("wrist",)).save_pretrained(tmp_path / "wrist")
+    cfg.root, cfg.policies = str(tmp_path / "refused"), [str(tmp_path / "wrist")]
+    with pytest.raises(ValueError, match="reads cameras"):
+        record_policies(cfg)
+    with pytest.raises(ValueError, match="include"):
+        RecordingConfig(include=[str(experts)]).validate()
