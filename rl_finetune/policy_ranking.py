@@ -28,6 +28,7 @@ from rl_finetune.initial_states import from_dataset, from_sim_resets
 from rl_finetune.ranking import ranking_report
 from rl_finetune.sim_steps import count_sim_steps
 from sim.embodiment import TABLETOP_ARM, embodiment_by_name
+from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 from vla.factory import load_policy
 from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 from world_model.model import WorldModel
@@ -149,8 +150,31 @@ def evaluate_one(
             simulated = evaluate_in_sim(policy, sim_cfg, starts.batch_size, seed, output_dir, device)
         simulated["sim_steps"] = counter.steps
         record["sim"] = simulated
+        imagined["success_rate_by_state"] = success_by_imagined_states(imagined["per_episode"], sim_cfg, seed)
         _write_side_by_side(simulated, clips, output_dir, env.embodiment.fps)
     return record
+
+
+def success_by_imagined_states(per_episode: list[dict], sim_cfg: SimEvalConfig, seed: int) -> float | None:
+    """The imagined episodes (starts: sim resets with seeds seed..) judged by the simulator's own success
+    rule on their imagined joint states, for reach (None for other tasks). Next to the heads' verdict this
+    tells a wrong judge (the success head) from a wrong world (the policy acting differently on imagined
+    frames): the joint states follow the commanded actions whatever the frames show."""
+    if sim_cfg.task != "reach":
+        return None
+    env = TabletopEnv(
+        TabletopEnvConfig(
+            task="reach", cameras=(), max_steps=sim_cfg.max_steps, init_joint_noise=sim_cfg.init_joint_noise
+        )
+    )
+    try:
+        verdicts = []
+        for i, episode in enumerate(per_episode):
+            env.reset(seed=seed + i)
+            verdicts.append(env.success_along(np.asarray(episode["joint_states"])))
+    finally:
+        env.close()
+    return float(np.mean(verdicts))
 
 
 def _write_side_by_side(simulated: dict, clips: list, output_dir: Path, fps: int) -> None:
@@ -183,6 +207,7 @@ def _row(name: str, rec: dict) -> dict:
                 "sim_ci": f"{sim['success_ci95'][0]:.2f}-{sim['success_ci95'][1]:.2f}",
                 "sim_progress": sim["mean_progress"],
                 "gap": im["success_rate"] - sim["success_rate"],
+                "imagined_by_state": im.get("success_rate_by_state"),
                 "sim_s": sim["seconds"],
             }
         )

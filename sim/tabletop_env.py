@@ -121,6 +121,20 @@ class TabletopEnv(gym.Env):
             "progress": progress(self.task, state, self._initial),
         }
 
+    def success_along(self, joint_positions: np.ndarray) -> bool:
+        """Whether the task counts as solved at any of `joint_positions` [T, J] (a path of the arm) with the
+        objects where the last reset put them: the simulator's own rule applied to a path it did not run,
+        e.g. the joint states of an imagined episode. Only for tasks the arm solves alone (reach): a push
+        moves the cube, which a path of joint positions does not say."""
+        if self.task is None:
+            raise RuntimeError("call reset() first")
+        if self.task.kind != "reach":
+            raise ValueError(
+                f"success_along judges reach only (the arm alone decides it), not {self.task.kind!r}"
+            )
+        tips = (self.sim.kinematics.forward(q) for q in np.asarray(joint_positions, dtype=np.float64))
+        return any(is_success(self.task, replace(self._initial, tip=tip)) for tip in tips)
+
     def render(self):
         if self.render_mode != "rgb_array":
             return None

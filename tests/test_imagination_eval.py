@@ -20,6 +20,7 @@ from rl_finetune.policy_finetune import (
     finetune,
 )
 from rl_finetune.policy_ranking import fold_cli_args, rank_policies
+from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 from vla.sim_evaluation import SimEvalConfig
 from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
 
@@ -38,6 +39,10 @@ def test_imagination_eval_is_seeded_and_summarised(tmp_path):
     lo, hi = a["success_ci95"]
     assert 0 <= lo <= a["success_rate"] <= hi <= 1
     assert all(r["length"] <= 4 and 0 <= r["progress"] <= 1 for r in a["per_episode"])
+    for r, start in zip(a["per_episode"], starts.state):
+        # the imagined joint path: the start state, then one state per imagined step
+        assert len(r["joint_states"]) == r["length"] + 1
+        assert r["joint_states"][0] == pytest.approx(start.tolist())
     assert len(clips) == 2 and clips[0][0].shape == (16, 16, 3) and clips[0][0].dtype == np.uint8
     assert len(clips[0]) == 1 + 4 or a["per_episode"][0]["success"]  # initial frame + one per step
     assert len(list((tmp_path / "videos").glob("imagined_*.mp4"))) == 2
@@ -97,6 +102,17 @@ def test_rank_against_sim_from_the_same_starts(tmp_path, saved_models):
         e["task"] for e in record["imagination"]["per_episode"]
     ]
     assert list((tmp_path / "rank" / "policy_0" / "videos").glob("sim_vs_imagined_*.mp4"))
+    # The imagined paths judged by the sim's reach rule, from the same resets.
+    paths = [e["joint_states"] for e in record["imagination"]["per_episode"]]
+    by_state = record["imagination"]["success_rate_by_state"]
+    env = TabletopEnv(TabletopEnvConfig(task="reach", cameras=()))
+    expected = []
+    for i, path in enumerate(paths):
+        env.reset(seed=100 + i)
+        expected.append(env.success_along(np.asarray(path)))
+    env.close()
+    assert by_state == pytest.approx(np.mean(expected))
+    assert result["rows"][0]["imagined_by_state"] == by_state
 
 
 def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_models):

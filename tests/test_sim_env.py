@@ -91,6 +91,26 @@ def test_reach_success_check():
     assert not is_success(TaskInstance("reach", "blue", None), _state((0.2, 0.0, 0.05), cube))
 
 
+def test_success_along_a_joint_path_uses_the_reset_layout():
+    env = TabletopEnv(task="reach", cameras=())
+    env.reset(seed=3)
+    cube = env.scene_state().cubes[env.task.cube]
+    home = env.sim.joint_positions()
+    at_cube = env.sim.kinematics.inverse(cube)
+    assert at_cube is not None
+    assert env.success_along(np.stack([home, at_cube]))  # the path passes through the target cube
+    assert not env.success_along(np.stack([home, home]))
+    others = [c for c in env.scene_state().cubes if c != env.task.cube]
+    wrong = env.sim.kinematics.inverse(env.scene_state().cubes[others[0]])
+    assert not env.success_along(np.stack([home, wrong]))  # another cube is not the target
+    env.close()
+    push = TabletopEnv(task="push", cameras=())
+    push.reset(seed=0)
+    with pytest.raises(ValueError, match="reach only"):
+        push.success_along(np.zeros((2, 4)))
+    push.close()
+
+
 def test_push_success_check_and_progress():
     task = TaskInstance("push", "red", "green")
     start = _state((0.1, 0.0, 0.15), (0.15, 0.0, CUBE_HALF_SIZE))
