@@ -10,7 +10,11 @@ split, the one world-model training and post-training hold out). Measured:
   after-model's clip fidelity (mean per-frame score over the horizon) beats the before-model's (ties 1/2);
 - the actions the (frozen, shared) inverse dynamics model of the before-model decodes from each rollout:
   jerk RMS, limit-violation rate, action-following error; the same IDM on the real frames is the floor;
-- the horizon-1 check (SSIM must not drop by more than 0.005) and issue 6's targets, reported met or not.
+- the horizon-1 check (SSIM must not drop by more than 0.005) and issue 6's targets, reported met or not;
+- what post-training has to work with: `candidates` rollouts of the before-model from each start state with
+  different sampling noise, as post-training draws its groups; the spread of their clip rewards (the
+  rollout-stability reward) and how much the best of them beats their mean. Likelihood-free RL can only
+  move the model towards the better of its own samples: with no spread there is nothing to learn from.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class WMPosttrainBenchmarkConfig:
     batch_size: int = 8
     fidelity: FidelityRewardConfig = field(default_factory=FidelityRewardConfig)
     name: str = "wm_posttrain"  # the result file: benchmarks/results/<name>.json
+    candidates: int = 8  # rollouts of the before-model per start state for the spread figures; 0 skips
 
 
 def _model_figures(result: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -70,6 +75,33 @@ def _model_figures(result: dict[str, torch.Tensor]) -> dict[str, float]:
     figures["violation_rate"] = float(terms["violation_rate"].mean())
     figures["following_error"] = float(terms["following_error"].mean())
     return figures
+
+
+def candidate_spread(
+    model: WorldModel,
+    windows: WorldModelWindows,
+    indices: list[int],
+    context: int,
+    cfg: WMPosttrainBenchmarkConfig,
+) -> dict[str, float]:
+    """`cfg.candidates` rollouts per start state with different noise: the spread of their clip rewards."""
+    rewards = torch.stack(
+        [
+            held_out_rollouts(
+                model, windows, indices, context, cfg.horizon, cfg.fidelity, seed=cfg.seed + 1 + k,
+                batch_size=cfg.batch_size,
+            )["score"].mean(1)
+            for k in range(cfg.candidates)
+        ],
+        1,
+    )  # fmt: skip  # [start states, candidates]
+    return {
+        "group_size": cfg.candidates,
+        "clip_reward_mean": float(rewards.mean()),
+        "clip_reward_group_std": float(rewards.std(1).mean()),
+        "best_minus_mean": float((rewards.max(1).values - rewards.mean(1)).mean()),
+        "between_start_states_std": float(rewards.mean(1).std()),
+    }
 
 
 def _relative(after: float, before: float) -> float:
@@ -150,6 +182,12 @@ def main() -> None:
     print_table([{"figure": k, "value": v} for k, v in change.items()])
     print_table([{"target": k, "met": v} for k, v in targets.items()])
 
+    spread = candidate_spread(before, windows, indices, context, cfg) if cfg.candidates > 1 else None
+    if spread:
+        print_table(
+            [{"figure": k, "value": v} for k, v in spread.items()], title="candidates of the before-model"
+        )
+
     figures = {
         "before_model": cfg.before,
         "after_model": cfg.after,
@@ -164,6 +202,7 @@ def main() -> None:
         "change": change,
         "targets_met": targets,
         "rollout_seconds": seconds,
+        "candidates": spread,
     }
     path = write_result(cfg.name, figures, command=" ".join(shlex.quote(x) for x in ["python", *sys.argv]))
     print(f"wrote {path}")
