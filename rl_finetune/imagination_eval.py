@@ -77,7 +77,7 @@ def imagine_episodes(
     """Run one batch of imagined episodes to the horizon (or until all succeed).
 
     Returns per-episode results (success, progress, length, max success probability, the imagined joint
-    states from the start on) and, for the first
+    states from the start to the end of the batch) and, for the first
     `record` rows, the video frames (initial frame + one per imagined step, cameras side by side).
     """
     check_cameras(policy, env)
@@ -91,13 +91,16 @@ def imagine_episodes(
         clips = [[to_video_frame(first, env.cameras, i)] for i in range(min(record, b))]
         length = torch.zeros(b, dtype=torch.long)
         max_prob = torch.zeros(b)
-        paths = [[row] for row in starts.state.float().cpu()]  # the imagined joint states, row by row
+        # The imagined joint states row by row, also after a row's episode ended: the batch runs on until
+        # every row has ended, and where the arm went next is what judging by the state needs (the success
+        # head may end an episode before the arm gets there, or wrongly).
+        paths = [[row] for row in starts.state.float().cpu()]
         while not env.done.all():
             chunk = policy.predict_action_chunk(obs)[:, : policy.n_action_steps]
             obs, _, _, _, info = env.step(chunk)
             active = info["active"].cpu()
             for i, path in enumerate(paths):
-                path += list(info["state"][i].cpu()[active[i]])
+                path += list(info["state"][i].cpu())
             length += active.sum(1)
             max_prob = torch.maximum(max_prob, (info["success_prob"].cpu() * active).max(1).values)
             frames = info["frames"]
@@ -114,7 +117,7 @@ def imagine_episodes(
             "progress": float(env.progress[i]),
             "length": int(length[i]),
             "max_success_prob": float(max_prob[i]),
-            "joint_states": torch.stack(paths[i]).tolist(),  # [length + 1, J]: where the arm went
+            "joint_states": torch.stack(paths[i]).tolist(),  # [batch steps + 1, J]: where the arm went
         }
         for i in range(b)
     ]
