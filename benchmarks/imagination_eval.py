@@ -42,6 +42,7 @@ class ImaginationEvalBenchmarkConfig:
     seed: int = 100_000
     horizon: int = 50
     sampler_steps: int = 0
+    success_threshold: float = 0.0  # success-head probability that counts as a success; 0 -> the model's
     batch_envs: int = 10
     output_dir: str = "outputs/benchmarks/imagination_eval"
     threads: int = 2
@@ -235,7 +236,7 @@ def main() -> None:
         raise SystemExit(f"need at least 2 policies to rank; found {policies} under {cfg.zoo}")
     im_cfg = ImaginationEvalConfig(
         world_model=cfg.world_model, horizon=cfg.horizon, sampler_steps=cfg.sampler_steps,
-        batch_envs=cfg.batch_envs, videos=2,
+        success_threshold=cfg.success_threshold, batch_envs=cfg.batch_envs, videos=2,
     )  # fmt: skip
     sim_cfg = SimEvalConfig(task=cfg.task, max_steps=cfg.horizon, batch_envs=cfg.batch_envs, videos=2)
     result = rank_policies(policies, im_cfg, sim_cfg, cfg.episodes, cfg.seed, Path(cfg.output_dir))

@@ -32,7 +32,7 @@ class ImaginationEvalConfig:
     world_model: str = ""  # a pretrained world-model directory (config.yaml, model.safetensors, stats.json)
     horizon: int = 0  # imagined steps per episode; 0 -> the simulator evaluation's max_steps
     sampler_steps: int = 0  # denoising steps per frame; 0 -> the world model's own config
-    success_threshold: float = 0.5
+    success_threshold: float = 0.0  # 0 -> the world model's calibrated heads.success_threshold
     batch_envs: int = 10  # episodes imagined together
     videos: int = 4  # episodes written as mp4; 0 for none
     # The arm the world model acts for (a name in sim/embodiment.py): the imagined servo state's limits.

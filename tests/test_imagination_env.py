@@ -114,6 +114,13 @@ def test_success_terminates_and_stops_reward(monkeypatch):
     _, reward, terminated, _, _ = env.step(torch.rand(2, 4, 4))
     assert reward[0] == 0 and terminated[0]  # a finished episode earns nothing more
 
+    # By default the threshold is the world model's calibrated one: at 0.95 nobody succeeded above.
+    wm.cfg.heads.success_threshold = 0.95
+    strict = WorldModelEnv(wm, WorldModelEnvConfig(horizon=8))
+    strict.reset(random_starts(2), seed=0)
+    _, _, terminated, _, _ = strict.step(torch.rand(2, 4, 4))
+    assert strict.success_threshold == 0.95 and not terminated.any()
+
 
 def test_state_follows_targets_like_the_sim_servo():
     env = WorldModelEnv(tiny_world_model())

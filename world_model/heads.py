@@ -42,6 +42,10 @@ class OutcomeHeadsConfig:
     augment_shift: int = 2
     task_buckets: int = 1024
     task_words: int = 16
+    # The success probability above which an imagined step counts as a success. Heads-only fitting sets
+    # it from the model's open-loop replays of held-out episodes (world_model/success_calibration.py): an
+    # episode succeeds when any of its ~50 steps crosses it, so occasional per-frame false alarms add up.
+    success_threshold: float = 0.5
 
     def validate(self) -> None:
         if self.channels < 1:
@@ -50,6 +54,8 @@ class OutcomeHeadsConfig:
             raise ValueError(f"heads.dropout={self.dropout} must lie in [0, 1)")
         if self.augment_shift < 0:
             raise ValueError(f"heads.augment_shift={self.augment_shift} must be >= 0")
+        if not 0 < self.success_threshold < 1:
+            raise ValueError(f"heads.success_threshold={self.success_threshold} must lie in (0, 1)")
 
 
 class OutcomeHeads(nn.Module):

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from accelerate import PartialState
 from torch.utils.data import ConcatDataset
 
-from common.checkpoint import load_matching_weights, save_json
+from common.checkpoint import atomic_directory, load_matching_weights, save_json
 from common.training import TrainLoopConfig, run_training
 from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from data.stats import dataset_stats, load_stats
@@ -23,6 +24,7 @@ from data.windows import WorldModelWindows
 from world_model.imagined_windows import ImaginedWindows
 from world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, summarize
 from world_model.model import WorldModel, WorldModelConfig
+from world_model.success_calibration import calibrate_success_threshold
 from world_model.visualize import horizon_plot, side_by_side_video
 
 
@@ -54,6 +56,9 @@ class TrainWorldModelConfig:
     # With heads_only: also fit the heads on the model's own rollouts of the training episodes (their real
     # labels), the frames they judge in imagination (world_model/imagined_windows.py).
     heads_on_rollouts: bool = True
+    # After training, set the heads' success threshold from replays of the held-out episodes
+    # (world_model/success_calibration.py); skipped when they are all successes or all failures.
+    calibrate_success: bool = True
 
 
 def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
@@ -141,7 +146,7 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
             [windows, ImaginedWindows(model, dataset, train_eps, cfg.window, seed=cfg.train.seed)]
         )
     eval_windows = held_out_windows(dataset, held_eps, cfg.eval)
-    return run_training(
+    model = run_training(
         model,
         windows,
         loss_fn=lambda m, batch: m(batch, heads_only=cfg.heads_only),
@@ -151,3 +156,27 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         resume=cfg.resume,
         eval_fn=make_eval_fn(eval_windows, cfg.eval),
     )
+    if cfg.calibrate_success:
+        calibrate_exported(model, dataset, held_eps, Path(cfg.output_dir))
+    return model
+
+
+def calibrate_exported(
+    model: WorldModel, dataset: EpisodeDataset, episodes: list[int], output_dir: Path
+) -> None:
+    """Calibrate the success threshold on `episodes` and write it into output_dir/pretrained_model; the
+    table behind the choice goes to output_dir/eval/success_calibration.json."""
+    try:
+        report = calibrate_success_threshold(model.eval(), dataset, episodes)
+    except ValueError as e:
+        print(f"success threshold left at {model.cfg.heads.success_threshold}: {e}")
+        return
+    model.cfg.heads.success_threshold = report["threshold"]
+    print(
+        f"success threshold {report['threshold']} (balanced accuracy "
+        f"{max(r['balanced_accuracy'] for r in report['candidates']):.3f} on {report['episodes']} held-out replays)"
+    )
+    if PartialState().is_main_process:
+        with atomic_directory(output_dir / "pretrained_model") as tmp:
+            model.save_pretrained(tmp)
+        save_json(report, output_dir / "eval" / "success_calibration.json")

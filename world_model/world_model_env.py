@@ -37,7 +37,9 @@ class WorldModelEnvConfig:
     horizon: int = 50  # env steps (frames at the embodiment's fps) per imagined episode
     sampler_steps: int = 0  # denoising steps per frame; 0 -> the world model's own sampler config
     use_cache: bool = True  # KV cache inside each chunk (False: the slow recompute reference path)
-    success_threshold: float = 0.5  # success-head probability above which a step counts as a success
+    # Success-head probability above which a step counts as a success; 0 -> the world model's calibrated
+    # heads.success_threshold.
+    success_threshold: float = 0.0
     terminate_on_success: bool = True  # an env that succeeded stops earning reward (as the sim's envs)
 
     def validate(self) -> None:
@@ -45,9 +47,10 @@ class WorldModelEnvConfig:
             raise ValueError(f"WorldModelEnvConfig.horizon={self.horizon} must be >= 1")
         if self.sampler_steps < 0:
             raise ValueError(f"WorldModelEnvConfig.sampler_steps={self.sampler_steps} must be >= 0")
-        if not 0 < self.success_threshold < 1:
+        if not 0 <= self.success_threshold < 1:
             raise ValueError(
-                f"WorldModelEnvConfig.success_threshold={self.success_threshold} must be in (0, 1)"
+                f"WorldModelEnvConfig.success_threshold={self.success_threshold} must be in (0, 1), "
+                "or 0 for the world model's own"
             )
 
 
@@ -110,6 +113,7 @@ class WorldModelEnv:
                 f"{embodiment.num_joints} joints"
             )
         self.cameras = tuple(world_model.cfg.cameras)
+        self.success_threshold = self.config.success_threshold or world_model.cfg.heads.success_threshold
         self.context_frames = dit.context_frames
         self.device = next(world_model.parameters()).device
         self._lower = torch.tensor(embodiment.position_lower, dtype=torch.float32, device=self.device)
@@ -215,7 +219,7 @@ class WorldModelEnv:
         )
         k = chunk.shape[1]
         # Per-step success with termination: steps after an env's first success earn nothing.
-        hit = success > self.config.success_threshold
+        hit = success > self.success_threshold
         already = self.succeeded.clone()
         active = torch.ones(b, k, dtype=torch.bool, device=self.device)
         if self.config.terminate_on_success:

@@ -1,0 +1,49 @@
+"""The success threshold calibrated on open-loop replays of held-out episodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from data.dataset import DatasetConfig, EpisodeDataset
+from world_model import success_calibration
+from world_model.dit import VideoDiTConfig
+from world_model.idm import InverseDynamicsConfig
+from world_model.model import WorldModel, WorldModelConfig
+from world_model.success_calibration import balanced_accuracy, calibrate_success_threshold, replay_max_success
+
+
+def test_balanced_accuracy_weighs_both_outcomes_equally():
+    actual = np.array([True, False, False, False])
+    assert balanced_accuracy(np.array([False] * 4), actual) == 0.5  # all "failure": right 3 of 4, yet chance
+    assert balanced_accuracy(actual.copy(), actual) == 1.0
+    assert balanced_accuracy(np.array([True, True, False, False]), actual) == pytest.approx(0.5 * (1 + 2 / 3))
+
+
+def test_threshold_is_the_best_candidate_and_ties_go_low(monkeypatch):
+    # max probabilities: successes at 0.97 and 0.92, failures at 0.91 and 0.60 -> only > 0.91 separates
+    fake = (np.array([0.97, 0.92, 0.91, 0.60]), np.array([True, True, False, False]))
+    monkeypatch.setattr(success_calibration, "replay_max_success", lambda *a, **k: fake)
+    report = calibrate_success_threshold(None, None, [0, 1, 2, 3], candidates=(0.5, 0.8, 0.915, 0.95))
+    assert report["threshold"] == 0.915
+    assert [r["balanced_accuracy"] for r in report["candidates"]] == [0.5, 0.75, 1.0, 0.75]
+    fake = (np.array([0.97, 0.6]), np.array([True, False]))
+    monkeypatch.setattr(success_calibration, "replay_max_success", lambda *a, **k: fake)
+    assert calibrate_success_threshold(None, None, [0, 1], candidates=(0.5, 0.7, 0.9))["threshold"] == 0.7
+    monkeypatch.setattr(success_calibration, "replay_max_success", lambda *a, **k: (fake[0], fake[1] | True))
+    with pytest.raises(ValueError, match="all successes"):
+        calibrate_success_threshold(None, type("D", (), {"root": "data"})(), [0, 1])
+
+
+def test_replay_reads_every_episode_and_its_recorded_outcome(tiny_lerobot_dataset, tmp_path):
+    root = tiny_lerobot_dataset(tmp_path, episodes=4, length=[5, 6, 5, 6], cameras=("front",))
+    dataset = EpisodeDataset(DatasetConfig(root=str(root), cameras=["front"], image_size=[16, 16]))
+    dit = VideoDiTConfig(image_size=16, patch_size=4, width=32, depth=1, heads=2, context_frames=2)
+    torch.manual_seed(0)
+    model = WorldModel(WorldModelConfig(dit=dit, idm=InverseDynamicsConfig(channels=8))).eval()
+    max_prob, recorded = replay_max_success(model, dataset, [3, 0, 1], batch_size=2)
+    assert recorded.tolist() == [False, True, False]  # the fixture's even episodes succeed; caller's order
+    assert max_prob.shape == (3,) and ((0 <= max_prob) & (max_prob <= 1)).all()
+    again, _ = replay_max_success(model, dataset, [3, 0, 1], batch_size=2)
+    assert np.array_equal(max_prob, again)  # seeded
