@@ -59,6 +59,9 @@ class TrainWorldModelConfig:
     # After training, set the heads' success threshold from replays of the held-out episodes
     # (world_model/success_calibration.py); skipped when they are all successes or all failures.
     calibrate_success: bool = True
+    # Only calibrate the success threshold of the `init_from` model on this dataset's held-out episodes and
+    # write the result to output_dir/pretrained_model (no training).
+    calibrate_only: bool = False
 
 
 def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
@@ -116,10 +119,16 @@ def make_eval_fn(windows: HeldOutWindows | None, cfg: EvalConfig):
 def train(cfg: TrainWorldModelConfig) -> WorldModel:
     if cfg.window < 2:
         raise ValueError(f"window={cfg.window}: a training window needs at least 2 frames")
+    if (cfg.heads_only or cfg.calibrate_only) and not cfg.init_from:
+        raise ValueError("heads_only / calibrate_only work on an existing world model: set init_from")
+    if cfg.calibrate_only:
+        model = WorldModel.from_pretrained(cfg.init_from)
+        cfg.model = model.cfg  # the dataset is read as this model sees it
+        dataset = open_dataset(cfg)
+        calibrate_exported(model, dataset, dataset.split()[1], Path(cfg.output_dir))
+        return model
     dataset = open_dataset(cfg)
     train_eps, held_eps = dataset.split()
-    if cfg.heads_only and not cfg.init_from:
-        raise ValueError("heads_only=True trains the heads of an existing world model: set init_from")
     # Heads fitted on a frozen model must see inputs normalised as the model was trained.
     stats = (
         load_stats(Path(cfg.init_from) / "stats.json")
