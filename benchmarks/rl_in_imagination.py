@@ -52,6 +52,7 @@ class RLInImaginationBenchmarkConfig:
     # timing_only: one GRPO iteration with the config's group sizes (weights do not change the cost):
     # wall time per iteration and its split into imagination and the update; no sim, no before/after.
     timing_only: bool = False
+    success_threshold: float = 0.0  # > 0 overrides the world model's calibrated success threshold
     result_name: str = ""  # "" -> rl_in_imagination[_ppo][_loop]; another name keeps a smoke run apart
 
 
@@ -95,7 +96,7 @@ def main() -> None:
     optional = {
         "iterations": cfg.iterations, "algorithm": cfg.algorithm, "loop.rounds": cfg.loop_rounds,
         "loop.dataset_root": cfg.loop_dataset_root, "loop.episodes": cfg.loop_episodes,
-        "loop.world_model_train.steps": cfg.loop_world_model_steps,
+        "loop.world_model_train.steps": cfg.loop_world_model_steps, "env.success_threshold": cfg.success_threshold,
     }  # fmt: skip
     overrides += [f"--{key}={value}" for key, value in optional.items() if value]
     ft_cfg = parse_cli(FinetunePolicyConfig, ["--config", cfg.finetune_config, *overrides])
