@@ -53,6 +53,8 @@ class RLInImaginationBenchmarkConfig:
     # wall time per iteration and its split into imagination and the update; no sim, no before/after.
     timing_only: bool = False
     success_threshold: float = 0.0  # > 0 overrides the world model's calibrated success threshold
+    lr: float = 0.0  # > 0 overrides the algorithm's learning rate
+    noise_level: float = 0.0  # > 0 overrides the sampler noise of the policy's stochastic steps
     result_name: str = ""  # "" -> rl_in_imagination[_ppo][_loop]; another name keeps a smoke run apart
 
 
@@ -100,6 +102,9 @@ def main() -> None:
     }  # fmt: skip
     overrides += [f"--{key}={value}" for key, value in optional.items() if value]
     ft_cfg = parse_cli(FinetunePolicyConfig, ["--config", cfg.finetune_config, *overrides])
+    for name in ("lr", "noise_level"):  # the algorithm's section is known only once the config is read
+        if getattr(cfg, name):
+            setattr(ft_cfg.algorithm_config, name, getattr(cfg, name))
     if cfg.timing_only:
         time_one_iteration(cfg, ft_cfg)
         return
