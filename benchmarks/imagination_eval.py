@@ -29,7 +29,12 @@ from common.config import parse_cli  # noqa: E402
 from rl_finetune.imagination_eval import ImaginationEvalConfig  # noqa: E402
 from rl_finetune.policy_ranking import load_world_model_env, rank_policies, sim_starts  # noqa: E402
 from vla.sim_evaluation import SimEvalConfig  # noqa: E402
-from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig  # noqa: E402
+from world_model.world_model_env import (  # noqa: E402
+    WorldModelEnv,
+    WorldModelEnvConfig,
+    from_dataset,
+    replay_actions,
+)
 
 
 @dataclass
@@ -158,8 +163,6 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
     import numpy as np
 
     from data.dataset import DatasetConfig, EpisodeDataset
-    from rl_finetune.imagination_eval import replay_actions
-    from rl_finetune.initial_states import from_dataset
     from rl_finetune.ranking import auroc, ranking_report
     from world_model.model import WorldModel
 

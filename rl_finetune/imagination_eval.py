@@ -124,35 +124,6 @@ def imagine_episodes(
     return results, clips
 
 
-@torch.no_grad()
-def replay_actions(
-    env: WorldModelEnv, starts: InitialStates, actions: torch.Tensor, seed: int, chunk: int = 10
-) -> list[dict]:
-    """Open loop: imagine recorded action sequences [B, T, A] from their episodes' first frames.
-
-    What the world model predicts for behaviour whose real outcome is known (e.g. a dataset's scripted
-    experts of graded skill): the success and progress heads can then be checked episode by episode.
-    """
-    if actions.dim() != 3 or actions.shape[0] != starts.batch_size:
-        raise ValueError(f"actions: expected [{starts.batch_size}, T, A], got {list(actions.shape)}")
-    env.reset(starts, seed=seed)
-    max_prob = torch.zeros(starts.batch_size)
-    t = 0
-    while not env.done.all() and t < actions.shape[1]:
-        _, _, _, _, info = env.step(actions[:, t : t + chunk])
-        max_prob = torch.maximum(max_prob, (info["success_prob"] * info["active"]).max(1).values.cpu())
-        t += chunk
-    return [
-        {
-            "task": starts.task[i],
-            "success": bool(env.succeeded[i]),
-            "progress": float(env.progress[i]),
-            "max_success_prob": float(max_prob[i]),
-        }
-        for i in range(starts.batch_size)
-    ]
-
-
 def summarize(results: list[dict], backend: str, seconds: float) -> dict:
     successes = sum(r["success"] for r in results)
     lo, hi = wilson_interval(successes, len(results))

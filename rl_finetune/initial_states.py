@@ -1,4 +1,5 @@
-"""Where imagined episodes start: the first frames of dataset episodes, or live frames from the simulator.
+"""Where imagined episodes start: live frames from the simulator (dataset episodes' first frames:
+`world_model.world_model_env.from_dataset`).
 
 Starting imagination from a simulator reset renders the first observation and never steps the physics;
 the same seeds then give the simulator evaluation the very same initial states, which is what comparing
@@ -10,38 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from data.dataset import EpisodeDataset
 from data.features import STATE, image_key
 from world_model.world_model_env import InitialStates
-
-
-def from_dataset(
-    dataset: EpisodeDataset, episodes: list[int], cameras: tuple[str, ...], context: int = 1
-) -> InitialStates:
-    """The first `context` frames of each episode (and the `context - 1` actions between them)."""
-    if context < 1:
-        raise ValueError(f"context={context} must be >= 1")
-    missing = [c for c in cameras if c not in dataset.cameras]
-    if missing:
-        raise ValueError(
-            f"dataset {dataset.root} was opened with cameras {dataset.cameras}; initial states need {missing}"
-        )
-    table = dataset.frame_table()
-    rows, tasks = [], []
-    for ep in dataset.select_episodes(episodes):
-        if ep.length < context:
-            raise ValueError(
-                f"dataset {dataset.root}: episode {ep.index} has {ep.length} frames < context {context}"
-            )
-        rows.append(torch.arange(ep.start, ep.start + context))
-        tasks.append(table.task[ep.start + context - 1])
-    idx = torch.stack(rows)  # [B, C]
-    return InitialStates(
-        frames={c: table.images[c][idx] for c in cameras},  # uint8 [B, C, 3, H, W]
-        actions=table.action[idx[:, :-1]],
-        state=table.state[idx[:, -1]],
-        task=tasks,
-    )
 
 
 def from_sim_observations(

@@ -24,7 +24,7 @@ from rl_finetune.imagination_eval import (
     side_by_side,
     write_video,
 )
-from rl_finetune.initial_states import from_dataset, from_sim_resets
+from rl_finetune.initial_states import from_sim_resets
 from rl_finetune.ranking import ranking_report
 from rl_finetune.sim_steps import count_sim_steps
 from sim.embodiment import TABLETOP_ARM, embodiment_by_name
@@ -32,7 +32,7 @@ from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 from vla.factory import load_policy
 from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 from world_model.model import WorldModel
-from world_model.world_model_env import InitialStates, WorldModelEnv
+from world_model.world_model_env import InitialStates, WorldModelEnv, from_dataset
 
 
 def fold_cli_args(args: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ from data.dataset import DatasetConfig, EpisodeDataset
 from data.features import STATE, TASK, image_key
 from rl_finetune import initial_states
 from sim.embodiment import TABLETOP_ARM
-from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
+from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig, from_dataset
 
 
 def _run(env, starts, actions, seed):
@@ -151,7 +151,7 @@ def test_bad_initial_frames_name_the_camera_and_shape():
 def test_reset_from_dataset_episodes(tmp_path, tiny_lerobot_dataset):
     root = tiny_lerobot_dataset(tmp_path, episodes=3, length=3, image_size=(IMAGE_SIZE, IMAGE_SIZE))
     dataset = EpisodeDataset(DatasetConfig(root=str(root), cameras=["front"]))
-    starts = initial_states.from_dataset(dataset, [2, 0], ("front",), context=2)
+    starts = from_dataset(dataset, [2, 0], ("front",), context=2)
     # conftest's pattern: channel 0 = frame index, channel 1 = episode, state = 100 * ep + frame + j / 10
     assert starts.frames["front"].shape == (2, 2, 3, IMAGE_SIZE, IMAGE_SIZE)
     assert starts.frames["front"][:, :, 1, 0, 0].tolist() == [[2, 2], [0, 0]]

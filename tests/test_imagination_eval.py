@@ -191,7 +191,7 @@ def test_evaluate_policy_cli_backend_imagination(tmp_path, saved_models, capsys)
 
 
 def test_replay_actions_is_open_loop_and_seeded():
-    from rl_finetune.imagination_eval import replay_actions
+    from world_model.world_model_env import replay_actions
 
     env = WorldModelEnv(tiny_world_model(), WorldModelEnvConfig(horizon=5))
     starts, actions = random_starts(3), torch.rand(3, 7, 4)

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from data.dataset import EpisodeDataset
 from world_model.model import WorldModel
-from world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
+from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig, from_dataset, replay_actions
 
 CANDIDATES = tuple(round(float(t), 2) for t in np.arange(0.5, 0.96, 0.05))
 
@@ -51,18 +51,11 @@ def replay_max_success(
         env = WorldModelEnv(model, WorldModelEnvConfig(horizon=length - 1, terminate_on_success=False))
         for i in range(0, len(group), batch_size):
             chunk = group[i : i + batch_size]
-            first = torch.tensor([ep.start for ep in chunk])
-            starts = InitialStates(
-                frames={c: table.images[c][first][:, None] for c in cameras},
-                actions=torch.zeros(len(chunk), 0, table.action.shape[1]),
-                state=table.state[first],
-                task=[table.task[ep.start] for ep in chunk],
-            )
-            env.reset(starts, seed=seed + i)
+            starts = from_dataset(dataset, [ep.index for ep in chunk], cameras)
             actions = torch.stack([table.action[ep.start : ep.end - 1] for ep in chunk])
-            _, _, _, _, info = env.step(actions)
-            for ep, p in zip(chunk, info["success_prob"].max(1).values.cpu()):
-                found[ep.index] = float(p)
+            results = replay_actions(env, starts, actions, seed=seed + i, chunk=length - 1)
+            for ep, result in zip(chunk, results):
+                found[ep.index] = result["max_success_prob"]
                 recorded[ep.index] = bool(table.success[ep.start : ep.end].any())
             bar.update(len(chunk))
     bar.close()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from data.dataset import EpisodeDataset
 from data.features import STATE, TASK, image_key
 from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
 from world_model.model import WorldModel
@@ -258,3 +259,61 @@ class WorldModelEnv:
         over = self.steps_taken >= self.config.horizon
         ended = self.succeeded if self.config.terminate_on_success else torch.zeros_like(self.succeeded)
         return ended | over
+
+
+def from_dataset(
+    dataset: EpisodeDataset, episodes: list[int], cameras: tuple[str, ...], context: int = 1
+) -> InitialStates:
+    """The first `context` frames of each episode (and the `context - 1` actions between them)."""
+    if context < 1:
+        raise ValueError(f"context={context} must be >= 1")
+    missing = [c for c in cameras if c not in dataset.cameras]
+    if missing:
+        raise ValueError(
+            f"dataset {dataset.root} was opened with cameras {dataset.cameras}; initial states need {missing}"
+        )
+    table = dataset.frame_table()
+    rows, tasks = [], []
+    for ep in dataset.select_episodes(episodes):
+        if ep.length < context:
+            raise ValueError(
+                f"dataset {dataset.root}: episode {ep.index} has {ep.length} frames < context {context}"
+            )
+        rows.append(torch.arange(ep.start, ep.start + context))
+        tasks.append(table.task[ep.start + context - 1])
+    idx = torch.stack(rows)  # [B, C]
+    return InitialStates(
+        frames={c: table.images[c][idx] for c in cameras},  # uint8 [B, C, 3, H, W]
+        actions=table.action[idx[:, :-1]],
+        state=table.state[idx[:, -1]],
+        task=tasks,
+    )
+
+
+@torch.no_grad()
+def replay_actions(
+    env: WorldModelEnv, starts: InitialStates, actions: torch.Tensor, seed: int, chunk: int = 10
+) -> list[dict]:
+    """Open loop: imagine recorded action sequences [B, T, A] from their episodes' first frames.
+
+    What the world model predicts for behaviour whose real outcome is known (e.g. a dataset's scripted
+    experts of graded skill): the success and progress heads can then be checked episode by episode.
+    """
+    if actions.dim() != 3 or actions.shape[0] != starts.batch_size:
+        raise ValueError(f"actions: expected [{starts.batch_size}, T, A], got {list(actions.shape)}")
+    env.reset(starts, seed=seed)
+    max_prob = torch.zeros(starts.batch_size)
+    t = 0
+    while not env.done.all() and t < actions.shape[1]:
+        _, _, _, _, info = env.step(actions[:, t : t + chunk])
+        max_prob = torch.maximum(max_prob, (info["success_prob"] * info["active"]).max(1).values.cpu())
+        t += chunk
+    return [
+        {
+            "task": starts.task[i],
+            "success": bool(env.succeeded[i]),
+            "progress": float(env.progress[i]),
+            "max_success_prob": float(max_prob[i]),
+        }
+        for i in range(starts.batch_size)
+    ]
