@@ -71,7 +71,18 @@ class RecordingConfig:
                     f"got {self.skill_range}"
                 )
         ExpertConfig(skill=self.skill).validate()
-        TabletopEnvConfig(task=self.task, max_steps=self.max_steps, backend=self.backend).validate()
+        self.env_config().validate()
+
+    def env_config(self) -> TabletopEnvConfig:
+        """The env the episodes are recorded in."""
+        return TabletopEnvConfig(
+            task=self.task,
+            image_size=self.image_size,
+            cameras=tuple(self.cameras),
+            max_steps=self.max_steps,
+            terminate_on_success=self.terminate_on_success,
+            backend=self.backend,
+        )
 
 
 def episode_skills(cfg: RecordingConfig) -> np.ndarray:
@@ -99,14 +110,7 @@ def record_demos(cfg: RecordingConfig) -> Path:
     cfg.validate()
     root = Path(cfg.root)
     prepare_root(root, cfg.overwrite)
-    env_cfg = TabletopEnvConfig(
-        task=cfg.task,
-        image_size=cfg.image_size,
-        cameras=tuple(cfg.cameras),
-        max_steps=cfg.max_steps,
-        terminate_on_success=cfg.terminate_on_success,
-        backend=cfg.backend,
-    )
+    env_cfg = cfg.env_config()
     env = TabletopEnv(env_cfg)
     dataset = LeRobotDataset.create(
         cfg.repo_id,

@@ -110,14 +110,7 @@ def record_policies(cfg: RecordingConfig, device: str = "cpu") -> Path:
         raise ValueError("RecordingConfig.policies is empty: name the policies to record")
     root = Path(cfg.root)
     prepare_root(root, cfg.overwrite)
-    env_cfg = TabletopEnvConfig(
-        task=cfg.task,
-        image_size=cfg.image_size,
-        cameras=tuple(cfg.cameras),
-        max_steps=cfg.max_steps,
-        terminate_on_success=cfg.terminate_on_success,
-        backend=cfg.backend,
-    )
+    env_cfg = cfg.env_config()
     parts = root.parent / f".{root.name}.parts"  # one dataset per policy, merged into root at the end
     shutil.rmtree(parts, ignore_errors=True)
     recorded = []
