@@ -174,7 +174,10 @@ def calibrate_exported(
     model: WorldModel, dataset: EpisodeDataset, episodes: list[int], output_dir: Path
 ) -> None:
     """Calibrate the success threshold on `episodes` and write it into output_dir/pretrained_model; the
-    table behind the choice goes to output_dir/eval/success_calibration.json."""
+    table behind the choice goes to output_dir/eval/success_calibration.json. The main process alone
+    calibrates (it alone writes); other processes return their model as trained."""
+    if not PartialState().is_main_process:
+        return
     try:
         report = calibrate_success_threshold(model.eval(), dataset, episodes)
     except ValueError as e:
@@ -185,7 +188,6 @@ def calibrate_exported(
         f"success threshold {report['threshold']} (balanced accuracy "
         f"{max(r['balanced_accuracy'] for r in report['candidates']):.3f} on {report['episodes']} held-out replays)"
     )
-    if PartialState().is_main_process:
-        with atomic_directory(output_dir / "pretrained_model") as tmp:
-            model.save_pretrained(tmp)
-        save_json(report, output_dir / "eval" / "success_calibration.json")
+    with atomic_directory(output_dir / "pretrained_model") as tmp:
+        model.save_pretrained(tmp)
+    save_json(report, output_dir / "eval" / "success_calibration.json")
