@@ -3,8 +3,10 @@
 python finetune_policy.py --config configs/finetune/tiny.yaml \
     --policy.path=outputs/policy/tiny/pretrained_model --world_model=outputs/world_model/tiny/pretrained_model
 
-`--algorithm=grpo` (default: group-relative baseline, `rl_finetune/grpo.py`) or `--algorithm=ppo` (a value
-head on the BC policy's observation features and GAE, `rl_finetune/ppo.py`; settings under `--ppo.*`).
+`--algorithm=grpo` (default: group-relative baseline, `rl_finetune/grpo.py`), `--algorithm=ppo` (a value
+head on the BC policy's observation features and GAE, `rl_finetune/ppo.py`; settings under `--ppo.*`) or
+`--algorithm=nft` (likelihood-free DiffusionNFT on the policy's own chunks, `rl_finetune/policy_nft.py`;
+settings under `--nft.*`).
 
 Writes `<output_dir>/pretrained_model/` (the fine-tuned policy), `summary.json` (imagined vs sim success
 before/after, sim steps used for training (always 0) and for evaluation, wall time), `metrics.jsonl` and

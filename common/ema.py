@@ -8,6 +8,15 @@ import torch
 from torch import nn
 
 
+@torch.no_grad()
+def follow(target: nn.Module, source: nn.Module, decay: float) -> None:
+    """target <- decay * target + (1 - decay) * source, parameter by parameter; buffers are copied."""
+    for t, s in zip(target.parameters(), source.parameters()):
+        t.lerp_(s.detach().to(t.dtype), 1.0 - decay)
+    for t, s in zip(target.buffers(), source.buffers()):
+        t.copy_(s)
+
+
 class EMA:
     """Keeps `decay`-averaged copies of parameters; buffers are copied as they are.
 
@@ -25,11 +34,7 @@ class EMA:
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
-        d = self.current_decay()
-        for ema_p, p in zip(self.model.parameters(), model.parameters()):
-            ema_p.lerp_(p.detach().to(ema_p.dtype), 1.0 - d)
-        for ema_b, b in zip(self.model.buffers(), model.buffers()):
-            ema_b.copy_(b)
+        follow(self.model, model, self.current_decay())
         self.num_updates += 1
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -13,7 +13,7 @@ the embodiment's joints, one per frame at `fps`) is scored against the embodimen
     R = -(w_vel vel + w_acc acc + w_jerk jerk + w_limit violation_rate + w_follow following_error)
 
 Each term is returned per candidate so it can be logged on its own. No gradient flows through the IDM: the
-reward only ranks candidates for the likelihood-free objective in rl_finetune/rollout_stability.py.
+reward only ranks candidates for the likelihood-free objective in rl_finetune/nft.py.
 """
 
 from __future__ import annotations

@@ -30,33 +30,49 @@ from world_model.world_model_env import InitialStates, WorldModelEnv
 
 
 @dataclass
-class FlowPolicyGradientConfig:
-    """Settings of collection and of the clipped update that GRPO and PPO share (their configs extend it)."""
+class ImaginedRLConfig:
+    """What every algorithm that trains the policy on imagined episodes shares: collection, the optimiser
+    and the reward weights (GRPO and PPO extend it through `FlowPolicyGradientConfig`, NFT directly)."""
 
-    section: ClassVar[str] = "flow_policy_gradient"  # the config key in error messages (grpo, ppo)
+    section: ClassVar[str] = "imagined_rl"  # the config key in error messages (grpo, ppo, nft)
 
     starts_per_iteration: int = 4  # initial states per iteration
     epochs: int = 2  # passes over an iteration's data
     minibatch_size: int = 32  # chunk samples per gradient step
     lr: float = 1.0e-5
     weight_decay: float = 0.0
-    clip_ratio: float = 0.2  # PPO clip on the per-denoising-step ratio
-    kl_coef: float = 0.05  # weight of KL(policy || BC policy)
     max_grad_norm: float = 1.0
     noise_level: float = 0.0  # sampler noise for exploration; 0 -> the policy's sde_noise_level
     success_reward: float = 1.0  # bonus when the success head first fires (at most once an episode)
     progress_reward: float = 0.5  # times the reward head's progress in [0, 1] gained (summed: final progress)
 
+    @property
+    def episodes_per_iteration(self) -> int:
+        return self.starts_per_iteration
+
     def validate(self) -> None:
         for name in ("starts_per_iteration", "epochs", "minibatch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{self.section}.{name}={getattr(self, name)} must be >= 1")
-        for name in ("lr", "clip_ratio"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{self.section}.{name}={getattr(self, name)} must be > 0")
-        for name in ("kl_coef", "noise_level"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{self.section}.{name}={getattr(self, name)} must be >= 0")
+        if self.lr <= 0:
+            raise ValueError(f"{self.section}.lr={self.lr} must be > 0")
+        if self.noise_level < 0:
+            raise ValueError(f"{self.section}.noise_level={self.noise_level} must be >= 0")
+
+
+@dataclass
+class FlowPolicyGradientConfig(ImaginedRLConfig):
+    """The clipped update's settings that GRPO and PPO share (their configs extend it)."""
+
+    clip_ratio: float = 0.2  # PPO clip on the per-denoising-step ratio
+    kl_coef: float = 0.05  # weight of KL(policy || BC policy)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.clip_ratio <= 0:
+            raise ValueError(f"{self.section}.clip_ratio={self.clip_ratio} must be > 0")
+        if self.kl_coef < 0:
+            raise ValueError(f"{self.section}.kl_coef={self.kl_coef} must be >= 0")
 
 
 @dataclass
@@ -107,7 +123,7 @@ def imagine_chunks(
     starts: InitialStates,
     seed: int,
     noise_level: float,
-    cfg: FlowPolicyGradientConfig,
+    cfg: ImaginedRLConfig,
 ) -> ImaginedChunks:
     """Episodes from `starts` with the stochastic sampler, rewarded by `cfg`'s success and progress weights."""
     policy.eval()
@@ -170,7 +186,7 @@ class FlowPolicyTrainer:
 
     algorithm = "policy gradient"
 
-    def __init__(self, policy, env: WorldModelEnv, cfg: FlowPolicyGradientConfig, seed: int = 0):
+    def __init__(self, policy, env: WorldModelEnv, cfg: ImaginedRLConfig, seed: int = 0):
         cfg.validate()
         check_flow_policy(policy, self.algorithm)
         self.policy, self.env, self.cfg, self.seed = policy, env, cfg, seed

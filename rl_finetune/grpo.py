@@ -42,6 +42,13 @@ class GRPOConfig(FlowPolicyGradientConfig):
 
     group_size: int = 8  # rollouts per initial state (batch = starts_per_iteration x group_size)
     advantage_eps: float = 1e-4  # groups whose returns are all equal give zero advantage
+    # Divide by the group's std (GRPO) or not (Dr. GRPO). Dividing gives a group whose members differ
+    # only by a little progress the same weight as a group split between success and failure.
+    scale_by_group_std: bool = True
+
+    @property
+    def episodes_per_iteration(self) -> int:
+        return self.starts_per_iteration * self.group_size
 
     def validate(self) -> None:
         if self.group_size < 2:
@@ -49,12 +56,17 @@ class GRPOConfig(FlowPolicyGradientConfig):
         super().validate()
 
 
-def group_advantages(returns: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
-    """(R - mean of its group) / (std of its group + eps); rows are [s0 x G, s1 x G, ...]."""
+def group_advantages(
+    returns: torch.Tensor, group_size: int, eps: float = 1e-4, scale_by_std: bool = True
+) -> torch.Tensor:
+    """R - mean of its group, divided by (std of its group + eps) if `scale_by_std`; rows are
+    [s0 x G, s1 x G, ...]."""
     if returns.numel() % group_size:
         raise ValueError(f"{returns.numel()} returns do not split into groups of {group_size}")
     r = returns.view(-1, group_size)
-    adv = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + eps)
+    adv = r - r.mean(1, keepdim=True)
+    if scale_by_std:
+        adv = adv / (r.std(1, keepdim=True) + eps)
     return adv.flatten()
 
 
@@ -69,5 +81,5 @@ class GRPOTrainer(FlowPolicyTrainer):
         chunks = imagine_chunks(
             self.policy, self.env, starts.repeat(cfg.group_size), seed, self.noise_level, cfg
         )
-        adv = group_advantages(chunks.returns, cfg.group_size, cfg.advantage_eps)
+        adv = group_advantages(chunks.returns, cfg.group_size, cfg.advantage_eps, cfg.scale_by_group_std)
         return flatten(chunks, [adv] * len(chunks.chains))

@@ -2,11 +2,13 @@
 
     python finetune_policy.py --config configs/finetune/tiny.yaml --policy.path=... --world_model=...
     python finetune_policy.py ... --algorithm=ppo        # PPO with a value head instead of GRPO
+    python finetune_policy.py ... --algorithm=nft        # likelihood-free DiffusionNFT
 
 Training episodes start from a pool of real first observations (simulator resets, rendered and never
 stepped, or dataset episodes) and run only in the world model, optimised by GRPO (`rl_finetune.grpo`,
-the default) or PPO with a value head (`rl_finetune.ppo`); both share the rollout collection and the
-clipped update with a KL to the BC policy (`rl_finetune.flow_policy_gradient`). Every
+the default) or PPO with a value head (`rl_finetune.ppo`), which share the rollout collection and the
+clipped update with a KL to the BC policy (`rl_finetune.flow_policy_gradient`), or by DiffusionNFT
+(`rl_finetune.policy_nft`: the same collection, a reward-weighted flow-matching update). Every
 `eval.every` iterations the policy is evaluated in imagination and in the simulator from the same held-out
 starts; imagined and simulated success are logged side by side. When their difference moves by more than
 `eval.max_gap` from the BC policy's (the world model's own bias), the policy is exploiting the world
@@ -40,6 +42,7 @@ from rl_finetune.closed_loop_config import LoopConfig
 from rl_finetune.flow_policy_gradient import FlowPolicyTrainer
 from rl_finetune.grpo import GRPOConfig, GRPOTrainer
 from rl_finetune.imagination_eval import check_cameras, evaluate_in_imagination
+from rl_finetune.policy_nft import PolicyNFTConfig, PolicyNFTTrainer
 from rl_finetune.policy_ranking import dataset_starts, sim_starts
 from rl_finetune.ppo import PPOConfig, PPOTrainer
 from rl_finetune.sim_steps import count_sim_steps
@@ -92,9 +95,11 @@ class FinetunePolicyConfig:
     )
     keep_checkpoints: int = 2
     env: WorldModelEnvConfig = field(default_factory=WorldModelEnvConfig)
-    algorithm: str = "grpo"  # grpo (group-relative baseline) | ppo (value head + GAE); see rl_finetune/
+    # grpo (group-relative baseline) | ppo (value head + GAE) | nft (likelihood-free); see rl_finetune/
+    algorithm: str = "grpo"
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    nft: PolicyNFTConfig = field(default_factory=PolicyNFTConfig)
     starts: StartsConfig = field(default_factory=StartsConfig)
     eval: FinetuneEvalConfig = field(default_factory=FinetuneEvalConfig)
     # The policy the KL trust region anchors to; "" -> the policy being fine-tuned, as loaded.
@@ -127,16 +132,15 @@ class FinetunePolicyConfig:
         self.loop.validate()
 
     @property
-    def algorithm_config(self) -> GRPOConfig | PPOConfig:
+    def algorithm_config(self) -> GRPOConfig | PPOConfig | PolicyNFTConfig:
         return getattr(self, self.algorithm)
 
     @property
     def episodes_per_iteration(self) -> int:
-        c = self.algorithm_config
-        return c.starts_per_iteration * (c.group_size if self.algorithm == "grpo" else c.rollouts_per_start)
+        return self.algorithm_config.episodes_per_iteration
 
 
-ALGORITHMS = {"grpo": GRPOTrainer, "ppo": PPOTrainer}
+ALGORITHMS = {"grpo": GRPOTrainer, "ppo": PPOTrainer, "nft": PolicyNFTTrainer}
 
 
 def make_trainer(cfg: FinetunePolicyConfig, policy, env: WorldModelEnv) -> FlowPolicyTrainer:

@@ -52,6 +52,10 @@ class PPOConfig(FlowPolicyGradientConfig):
     value_clip: float = 0.0  # > 0: clip the value's change per iteration (as PPO2; often no help); 0: off
     normalize_advantages: bool = True
 
+    @property
+    def episodes_per_iteration(self) -> int:
+        return self.starts_per_iteration * self.rollouts_per_start
+
     def validate(self) -> None:
         super().validate()
         for name in ("rollouts_per_start", "value_hidden"):

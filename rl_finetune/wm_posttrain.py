@@ -12,7 +12,7 @@ a module that holds three world models:
 All three live in the module's state dict, so a checkpoint holds them all and a resumed run continues
 exactly. Its forward (called by the loop on a batch of real start windows) rolls out G candidates per
 start state with `old`, scores them with the stage's reward and returns the NFT loss
-(rl_finetune/rollout_stability.py). Exports are plain world-model checkpoints of `policy` (EMA weights).
+(rl_finetune/nft.py). Exports are plain world-model checkpoints of `policy` (EMA weights).
 
 Layout: <output_dir>/<k>_<stage>/ is the training loop's output directory of stage k; stage k + 1 starts
 from stage k's `pretrained_model/`; every stage regularises towards the original base model;
@@ -31,17 +31,13 @@ from torch import nn
 
 from common.checkpoint import atomic_directory, load_json
 from common.config import ConfigError, save_config
+from common.ema import follow
 from common.training import TrainLoopConfig, last_checkpoint, run_training
 from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from data.windows import WorldModelWindows
 from rl_finetune.executability import ExecutabilityRewardConfig, executability_reward
-from rl_finetune.rollout_stability import (
-    FidelityRewardConfig,
-    NFTConfig,
-    clip_fidelity_reward,
-    nft_loss,
-    optimality_probability,
-)
+from rl_finetune.nft import NFTConfig, nft_loss, optimality_probability
+from rl_finetune.rollout_stability import FidelityRewardConfig, clip_fidelity_reward
 from rl_finetune.wm_denoise import NoisedClip, predict_x0
 from rl_finetune.wm_posttrain_eval import executability_summary, fidelity_summary, held_out_rollouts
 from sim.embodiment import EMBODIMENTS, TABLETOP_ARM, EmbodimentSpec, embodiment_by_name
@@ -156,11 +152,9 @@ class PosttrainObjective(nn.Module):
         self.reference = reference.requires_grad_(False).eval()
         self.context = cfg.rollouts.context or base.cfg.dit.context_frames
 
-    @torch.no_grad()
     def follow_policy(self) -> None:
         """theta_old <- d theta_old + (1 - d) theta (DiffusionNFT's soft update of the sampling model)."""
-        for old, new in zip(self.old.parameters(), self.policy.parameters()):
-            old.lerp_(new.detach(), 1.0 - self.cfg.nft.old_decay)
+        follow(self.old, self.policy, self.cfg.nft.old_decay)
 
     def rewards(
         self, generated: torch.Tensor, real: torch.Tensor, last_context: torch.Tensor, commanded: torch.Tensor

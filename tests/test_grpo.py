@@ -27,6 +27,14 @@ def test_group_advantages_are_normalised_within_each_group():
         group_advantages(torch.zeros(4), 3)
 
 
+def test_unscaled_group_advantages_keep_the_size_of_the_return_gap():
+    returns = torch.tensor([1.5, 0.5, 1.5, 0.5, 0.31, 0.29, 0.31, 0.29])
+    adv = group_advantages(returns, 4, scale_by_std=False)
+    assert adv.tolist() == pytest.approx([0.5, -0.5, 0.5, -0.5, 0.01, -0.01, 0.01, -0.01], abs=1e-6)
+    scaled = group_advantages(returns, 4)
+    assert scaled[4:].abs().max() > 0.8  # scaled, a tiny progress gap weighs as much as success
+
+
 def test_collected_log_probs_match_the_recomputed_ones():
     trainer = _trainer()
     data = trainer.collect(random_starts(2), seed=0)

@@ -7,7 +7,8 @@ import copy
 import pytest
 import torch
 
-from rl_finetune.rollout_stability import FidelityRewardConfig, NFTConfig, nft_loss
+from rl_finetune.nft import NFTConfig, nft_loss
+from rl_finetune.rollout_stability import FidelityRewardConfig
 from rl_finetune.wm_denoise import NoisedClip, predict_x0
 from rl_finetune.wm_posttrain import PosttrainConfig, PosttrainObjective, RolloutGroupConfig
 from world_model.dit import VideoDiTConfig

@@ -13,12 +13,8 @@ from rl_finetune.executability import (
     executability_terms,
     jerk_rms,
 )
-from rl_finetune.rollout_stability import (
-    FidelityRewardConfig,
-    clip_fidelity_reward,
-    frame_fidelity,
-    optimality_probability,
-)
+from rl_finetune.nft import optimality_probability
+from rl_finetune.rollout_stability import FidelityRewardConfig, clip_fidelity_reward, frame_fidelity
 from sim.embodiment import TABLETOP_ARM
 
 FID = FidelityRewardConfig(ssim_window=7)
