@@ -55,7 +55,7 @@ class RLInImaginationBenchmarkConfig:
     success_threshold: float = 0.0  # > 0 overrides the world model's calibrated success threshold
     lr: float = 0.0  # > 0 overrides the algorithm's learning rate
     noise_level: float = 0.0  # > 0 overrides the sampler noise of the policy's stochastic steps
-    result_name: str = ""  # "" -> rl_in_imagination[_ppo][_loop]; another name keeps a smoke run apart
+    result_name: str = ""  # "" -> rl_in_imagination[_ppo|_nft][_loop]; another name keeps a smoke run apart
 
 
 def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig) -> None:

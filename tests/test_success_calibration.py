@@ -47,3 +47,26 @@ def test_replay_reads_every_episode_and_its_recorded_outcome(tiny_lerobot_datase
     assert max_prob.shape == (3,) and ((0 <= max_prob) & (max_prob <= 1)).all()
     again, _ = replay_max_success(model, dataset, [3, 0, 1], batch_size=2)
     assert np.array_equal(max_prob, again)  # seeded
+
+
+@pytest.mark.parametrize(("held_out_fraction", "expected"), [(0.0, 4), (0.5, 2)])
+def test_calibrate_only_uses_held_out_episodes_or_all_of_a_calibration_dataset(
+    tiny_lerobot_dataset, tmp_path, monkeypatch, held_out_fraction, expected
+):
+    from world_model import trainer
+
+    root = tiny_lerobot_dataset(tmp_path, episodes=4, length=[5, 6, 5, 6], cameras=("front",))
+    dit = VideoDiTConfig(image_size=16, patch_size=4, width=32, depth=1, heads=2, context_frames=2)
+    WorldModel(WorldModelConfig(cameras=["front"], dit=dit)).save_pretrained(tmp_path / "model")
+    seen = {}
+    monkeypatch.setattr(
+        trainer, "calibrate_exported", lambda model, ds, episodes, out: seen.update(eps=episodes)
+    )
+    cfg = trainer.TrainWorldModelConfig(
+        dataset=DatasetConfig(root=str(root), held_out_fraction=held_out_fraction),
+        init_from=str(tmp_path / "model"),
+        calibrate_only=True,
+        output_dir=str(tmp_path / "out"),
+    )
+    trainer.train(cfg)
+    assert len(seen["eps"]) == expected and set(seen["eps"]) <= {0, 1, 2, 3}

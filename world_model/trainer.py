@@ -60,7 +60,9 @@ class TrainWorldModelConfig:
     # (world_model/success_calibration.py); skipped when they are all successes or all failures.
     calibrate_success: bool = True
     # Only calibrate the success threshold of the `init_from` model on this dataset's held-out episodes and
-    # write the result to output_dir/pretrained_model (no training).
+    # write the result to output_dir/pretrained_model (no training). With dataset.held_out_fraction=0 every
+    # episode is used: a dataset recorded for calibration, e.g. sim episodes of policies that imagination
+    # will not be asked to rank (record_demos.py --policies=[...]).
     calibrate_only: bool = False
 
 
@@ -125,7 +127,8 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         model = WorldModel.from_pretrained(cfg.init_from)
         cfg.model = model.cfg  # the dataset is read as this model sees it
         dataset = open_dataset(cfg)
-        calibrate_exported(model, dataset, dataset.split()[1], Path(cfg.output_dir))
+        episodes = dataset.split()[1] if cfg.dataset.held_out_fraction > 0 else dataset.episode_indices
+        calibrate_exported(model, dataset, episodes, Path(cfg.output_dir))
         return model
     dataset = open_dataset(cfg)
     train_eps, held_eps = dataset.split()
