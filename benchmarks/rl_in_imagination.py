@@ -2,7 +2,7 @@
 
 python benchmarks/rl_in_imagination.py --finetune_config=configs/finetune/tiny.yaml \
     --policy=outputs/policy/tiny/pretrained_model --world_model=outputs/world_model/tiny/pretrained_model
-    [--algorithm=ppo] [--loop_rounds=3 --loop_dataset_root=outputs/data/reach_wm]
+    [--algorithm=ppo] [--loop_rounds=3 --loop_dataset_root=outputs/data/reach_wm] [--finetune.grpo.lr=1e-4]
 
 Runs `finetune_policy.py` (imagination only for training; sim steps counted, must be 0) with GRPO (the
 config's algorithm) or `--algorithm=ppo`, or with `--loop_rounds=N` the closed loop (the policy's sim
@@ -11,6 +11,8 @@ evaluates the BC and the final policy in the simulator on `final_episodes` held-
 disjoint from training starts, in-loop evaluation and recording) with Wilson 95% intervals. Prints the
 table and writes benchmarks/results/rl_in_imagination[_ppo][_loop].json; the learning curve PNG is
 `<output_dir>/learning_curve.png`, the loop's per-round plot `<output_dir>/closed_loop.png`.
+Any `--finetune.<key>=<value>` is passed on to the fine-tuning config as `--<key>=<value>` (e.g.
+`--finetune.env.success_threshold=0.9`, `--finetune.nft.lr=1e-4`), after the config file.
 """
 
 from __future__ import annotations
@@ -52,9 +54,6 @@ class RLInImaginationBenchmarkConfig:
     # timing_only: one GRPO iteration with the config's group sizes (weights do not change the cost):
     # wall time per iteration and its split into imagination and the update; no sim, no before/after.
     timing_only: bool = False
-    success_threshold: float = 0.0  # > 0 overrides the world model's calibrated success threshold
-    lr: float = 0.0  # > 0 overrides the algorithm's learning rate
-    noise_level: float = 0.0  # > 0 overrides the sampler noise of the policy's stochastic steps
     result_name: str = ""  # "" -> rl_in_imagination[_ppo|_nft][_loop]; another name keeps a smoke run apart
 
 
@@ -87,8 +86,13 @@ def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePoli
     print(f"wrote {path}")
 
 
+PASSED_ON = "--finetune."  # options for the fine-tuning config rather than the benchmark
+
+
 def main() -> None:
-    cfg = parse_cli(RLInImaginationBenchmarkConfig)
+    args = sys.argv[1:]
+    cfg = parse_cli(RLInImaginationBenchmarkConfig, [a for a in args if not a.startswith(PASSED_ON)])
+    passed_on = ["--" + a[len(PASSED_ON) :] for a in args if a.startswith(PASSED_ON)]
     torch.set_num_threads(cfg.threads)
     overrides = [
         f"--policy.path={cfg.policy}",
@@ -98,13 +102,10 @@ def main() -> None:
     optional = {
         "iterations": cfg.iterations, "algorithm": cfg.algorithm, "loop.rounds": cfg.loop_rounds,
         "loop.dataset_root": cfg.loop_dataset_root, "loop.episodes": cfg.loop_episodes,
-        "loop.world_model_train.steps": cfg.loop_world_model_steps, "env.success_threshold": cfg.success_threshold,
+        "loop.world_model_train.steps": cfg.loop_world_model_steps,
     }  # fmt: skip
     overrides += [f"--{key}={value}" for key, value in optional.items() if value]
-    ft_cfg = parse_cli(FinetunePolicyConfig, ["--config", cfg.finetune_config, *overrides])
-    for name in ("lr", "noise_level"):  # the algorithm's section is known only once the config is read
-        if getattr(cfg, name):
-            setattr(ft_cfg.algorithm_config, name, getattr(cfg, name))
+    ft_cfg = parse_cli(FinetunePolicyConfig, ["--config", cfg.finetune_config, *overrides, *passed_on])
     if cfg.timing_only:
         time_one_iteration(cfg, ft_cfg)
         return
