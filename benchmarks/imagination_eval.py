@@ -249,6 +249,11 @@ def main() -> None:
     )
     r = result["ranking"]
     print(f"\nPearson r {r['pearson']:.3f}  Spearman rho {r['spearman']:.3f}  MMRV {r['mmrv']:.3f}")
+    sweep = result["threshold_sweep"]
+    print_table(
+        [{k: v for k, v in row.items() if k != "imagined"} for row in sweep],
+        title=f"\nthe same episodes judged at lower success thresholds (this run: {result['success_threshold']})",
+    )
 
     env = load_world_model_env(im_cfg, sim_cfg)
     starts = sim_starts(env, sim_cfg, cfg.batch_envs, cfg.seed)
@@ -263,6 +268,8 @@ def main() -> None:
             "gap": r["max_abs_gap"] <= 0.15,
         },
         "policies": rows,
+        "success_threshold": result["success_threshold"],
+        "threshold_sweep": sweep,
         "episodes_per_policy": cfg.episodes,
         "imagination_seconds": result["imagination_seconds"],
         "sim_seconds": result["sim_seconds"],

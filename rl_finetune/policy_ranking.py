@@ -32,6 +32,7 @@ from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 from vla.factory import load_policy
 from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 from world_model.model import WorldModel
+from world_model.success_calibration import CANDIDATES
 from world_model.world_model_env import InitialStates, WorldModelEnv, from_dataset
 
 
@@ -285,8 +286,25 @@ def rank_policies(
         result["imagination_seconds"] = sum(r["imagined_s"] for r in rows)
         result["sim_seconds"] = sum(r["sim_s"] for r in rows)
         plot_scatter(rows, report, output_dir / "imagined_vs_sim.png")
+        result["success_threshold"] = env.success_threshold
+        result["threshold_sweep"] = threshold_sweep(records, env.success_threshold)
     save_json({"summary": result, "policies": records}, output_dir / "ranking.json")
     return result
+
+
+def threshold_sweep(records: dict, run_threshold: float) -> list[dict]:
+    """The ranking as it would be at each calibration candidate up to the run's success threshold, from
+    the imagined episodes' max success probability. Exact, not a re-run: an episode ended by a success
+    crossed every lower threshold, and one that ran to its horizon saw all its steps."""
+    sim = [rec["sim"]["success_rate"] for rec in records.values()]
+    sweep = []
+    for threshold in (t for t in CANDIDATES if t <= run_threshold + 1e-9):
+        imagined = [
+            float(np.mean([e["max_success_prob"] > threshold for e in rec["imagination"]["per_episode"]]))
+            for rec in records.values()
+        ]
+        sweep.append({"threshold": threshold, "imagined": imagined, **ranking_report(imagined, sim)})
+    return sweep
 
 
 def _short_names(paths: list[str]) -> list[str]:

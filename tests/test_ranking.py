@@ -87,3 +87,23 @@ def test_auroc_by_hand():
     assert auroc([0.9, 0.3, 0.5, 0.2], [True, False, True, False]) == 1.0
     assert auroc([0.9, 0.6, 0.5, 0.7], [True, False, True, False]) == 0.5  # 0.9 beats both, 0.5 beats none
     assert math.isnan(auroc([0.1, 0.2], [True, True]))
+
+
+def test_threshold_sweep_judges_the_same_episodes_at_each_lower_threshold():
+    from rl_finetune.policy_ranking import threshold_sweep
+
+    def record(max_probs, sim):
+        return {
+            "imagination": {"per_episode": [{"max_success_prob": p} for p in max_probs]},
+            "sim": {"success_rate": sim},
+        }
+
+    # weak: near misses at 0.6-0.8; strong: clear successes; the sim says 0% and 100%
+    records = {"weak": record([0.62, 0.78, 0.3, 0.1], 0.0), "strong": record([0.97, 0.99, 0.93, 0.2], 0.75)}
+    sweep = threshold_sweep(records, run_threshold=0.9)
+    assert [row["threshold"] for row in sweep] == [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9]
+    by_threshold = {row["threshold"]: row for row in sweep}
+    assert by_threshold[0.5]["imagined"] == [0.5, 0.75] and by_threshold[0.5]["max_abs_gap"] == 0.5
+    assert by_threshold[0.7]["imagined"] == [0.25, 0.75]
+    assert by_threshold[0.8]["imagined"] == [0.0, 0.75] and by_threshold[0.8]["max_abs_gap"] == 0.0
+    assert threshold_sweep(records, run_threshold=0.6)[-1]["threshold"] == 0.6  # nothing above the run's
