@@ -60,6 +60,7 @@ class RLInImaginationBenchmarkConfig:
 def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig) -> None:
     import time
 
+    from rl_finetune.flow_policy_gradient import mixed_starts
     from rl_finetune.policy_finetune import make_trainer, training_starts
     from world_model.model import WorldModel
     from world_model.world_model_env import WorldModelEnv
@@ -74,7 +75,8 @@ def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePoli
         logs = trainer.update(data, seed=0)
     t2 = time.perf_counter()
     row = {"algorithm": ft_cfg.algorithm, "episodes": ft_cfg.episodes_per_iteration, "horizon": ft_cfg.env.horizon, "imagine_s": t1 - t0, "update_s": t2 - t1,
-           "chunk_samples": len(data), "gradient_steps": logs["gradient_steps"], "sim_steps": counter.steps}  # fmt: skip
+           "chunk_samples": len(data), "gradient_steps": logs["gradient_steps"], "sim_steps": counter.steps,
+           "imagined_success": data.success.mean().item(), "mixed_starts": mixed_starts(data.success, trainer.cfg)}  # fmt: skip
     print_table([row], title=f"one {trainer.algorithm} iteration in imagination")
     figures = {"one_iteration": row, "iterations_per_60_min": 3600 / (t2 - t0), "policy": cfg.policy,
                "world_model": cfg.world_model, "finetune_config": cfg.finetune_config,

@@ -170,6 +170,14 @@ def flatten(chunks: ImaginedChunks, advantages: list[torch.Tensor], extras: dict
     )
 
 
+def mixed_starts(success: torch.Tensor, cfg: ImaginedRLConfig) -> float:
+    """Share of the iteration's start states whose rollouts (`starts.repeat(k)` order) both succeeded and
+    failed: where success tells rollouts of one start apart, the only place a sparse success reward
+    teaches anything relative to its group."""
+    outcomes = success.view(-1, cfg.episodes_per_iteration // cfg.starts_per_iteration)
+    return (outcomes.amax(1) != outcomes.amin(1)).float().mean().item()
+
+
 def check_flow_policy(policy, algorithm: str) -> None:
     needed = ("sample_stochastic", "encode_observation", "velocity_fn", "unnormalize_actions")
     missing = [m for m in needed if not hasattr(policy, m)]
@@ -265,6 +273,7 @@ class FlowPolicyTrainer:
             {
                 "imagined/return": data.returns.mean().item(),
                 "imagined/success": data.success.mean().item(),
+                "imagined/mixed_starts": mixed_starts(data.success, self.cfg),
                 "imagined/progress": data.progress.mean().item(),
                 "samples": len(data),
             }

@@ -122,3 +122,10 @@ def test_shared_config_fields_parse_and_validate_per_algorithm():
         GRPOConfig(lr=0.0).validate()
     with pytest.raises(ValueError, match=r"ppo\.epochs=0 must be >= 1"):
         PPOConfig(epochs=0).validate()
+
+
+def test_mixed_starts_counts_groups_with_both_outcomes():
+    from rl_finetune.flow_policy_gradient import mixed_starts
+
+    success = torch.tensor([1.0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0])  # 3 starts x 4: all, mixed, none
+    assert mixed_starts(success, GRPOConfig(group_size=4, starts_per_iteration=3)) == pytest.approx(1 / 3)
