@@ -54,7 +54,8 @@ class RLInImaginationBenchmarkConfig:
     # timing_only: one GRPO iteration with the config's group sizes (weights do not change the cost):
     # wall time per iteration and its split into imagination and the update; no sim, no before/after.
     timing_only: bool = False
-    result_name: str = ""  # "" -> rl_in_imagination[_ppo|_nft][_loop]; another name keeps a smoke run apart
+    # "" -> rl_in_imagination[_ppo|_nft][_loop] (timing_only: rl_in_imagination_timing[_ppo|_nft]); another
+    # name keeps a smoke run apart
 
 
 def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig) -> None:
@@ -83,7 +84,9 @@ def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePoli
                ft_cfg.algorithm: vars(ft_cfg.algorithm_config), "load_average_1_5_15min": os.getloadavg()}  # fmt: skip
     suffix = "" if ft_cfg.algorithm == "grpo" else f"_{ft_cfg.algorithm}"
     path = write_result(
-        f"rl_in_imagination_timing{suffix}", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv])
+        cfg.result_name or f"rl_in_imagination_timing{suffix}",
+        figures,
+        " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
     )
     print(f"wrote {path}")
 
