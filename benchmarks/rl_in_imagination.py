@@ -56,6 +56,7 @@ class RLInImaginationBenchmarkConfig:
     timing_only: bool = False
     # "" -> rl_in_imagination[_ppo|_nft][_loop] (timing_only: rl_in_imagination_timing[_ppo|_nft]); another
     # name keeps a smoke run apart
+    result_name: str = ""
 
 
 def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig) -> None:
