@@ -16,16 +16,20 @@ device=cpu; these are not kernel timings), and exits 0. Results: benchmarks/resu
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _common import print_table, write_result
 
-from common.config import parse_cli
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import print_table, write_result  # noqa: E402
+from common.config import parse_cli  # noqa: E402
 from cuda_ext.adaln import adaln_modulate_reference, gated_residual_adaln_reference
 from cuda_ext.attention import frame_causal_mask
 from cuda_ext.denoise import denoise_step_reference
