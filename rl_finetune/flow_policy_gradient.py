@@ -1,15 +1,17 @@
-"""What GRPO and PPO share when they fine-tune a flow-matching VLA inside the world model.
+"""What GRPO, PPO and NFT share when they fine-tune a flow-matching VLA inside the world model.
 
 - `imagine_chunks`: roll the policy's stochastic sampler out in a `WorldModelEnv` (never the simulator) and
   keep, for every chunk decision, the observation, the denoising chain and its per-step log-probs, which
   envs were still live, and the reward that decision earned.
 - `Rollouts`: those decisions flattened over (chunk step, episode), live ones only, with an advantage each
-  (how the advantage is made is the algorithm's business).
-- `FlowPolicyTrainer`: the update both algorithms use. Every denoising step of the sampler is a Gaussian
-  policy step (as in Flow-GRPO), so the PPO-clipped objective takes its ratio per step; the exact KL to
-  the frozen BC policy is |mean - mean_bc|^2 / (2 std^2) because both transitions share the std. The clip
-  keeps an update near the data-collecting policy; the KL keeps the whole run near BC, the trust region
-  that stops the policy from drifting into states where the world model is wrong.
+  (how the advantage is made is the algorithm's business; NFT stores its optimality weights there).
+- `FlowPolicyTrainer`: the BC reference, the optimiser, an iteration's bookkeeping, and the update GRPO
+  and PPO use (NFT, rl_finetune/policy_nft.py, replaces it by a likelihood-free one). Every denoising step
+  of the sampler is a Gaussian policy step (as in Flow-GRPO), so the PPO-clipped objective takes its ratio
+  per step; the exact KL to the frozen BC policy is |mean - mean_bc|^2 / (2 std^2) because both
+  transitions share the std. The clip keeps an update near the data-collecting policy; the KL keeps the
+  whole run near BC, the trust region that stops the policy from drifting into states where the world
+  model is wrong.
 
 Rewards: a decision's reward is `success_reward` when the success head first fires during its chunk plus
 `progress_reward` times the change of the reward head's progress over the chunk. An episode's rewards
