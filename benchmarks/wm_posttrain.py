@@ -56,6 +56,7 @@ class WMPosttrainBenchmarkConfig:
     fidelity: FidelityRewardConfig = field(default_factory=FidelityRewardConfig)
     name: str = "wm_posttrain"  # the result file: benchmarks/results/<name>.json
     candidates: int = 8  # rollouts of the before-model per start state for the spread figures; 0 skips
+    candidate_sampler_steps: int = 0  # denoising steps per frame of those rollouts; 0 -> the model's own
 
 
 def _model_figures(result: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -89,7 +90,7 @@ def candidate_spread(
         [
             held_out_rollouts(
                 model, windows, indices, context, cfg.horizon, cfg.fidelity, seed=cfg.seed + 1 + k,
-                batch_size=cfg.batch_size,
+                batch_size=cfg.batch_size, sampler_steps=cfg.candidate_sampler_steps or None,
             )["score"].mean(1)
             for k in range(cfg.candidates)
         ],
@@ -97,6 +98,7 @@ def candidate_spread(
     )  # fmt: skip  # [start states, candidates]
     return {
         "group_size": cfg.candidates,
+        "sampler_steps": cfg.candidate_sampler_steps or model.cfg.sampler.steps,
         "clip_reward_mean": float(rewards.mean()),
         "clip_reward_group_std": float(rewards.std(1).mean()),
         "best_minus_mean": float((rewards.max(1).values - rewards.mean(1)).mean()),

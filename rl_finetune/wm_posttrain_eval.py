@@ -29,6 +29,7 @@ def held_out_rollouts(
     batch_size: int = 8,
     progress: bool = False,
     decoder: WorldModel | None = None,
+    sampler_steps: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """Roll out from windows[i][:context] under the real actions for `horizon` frames.
 
@@ -37,6 +38,7 @@ def held_out_rollouts(
     against the real frames, the IDM-decoded actions `decoded`, the IDM's reading of the real frames
     `decoded_real` (its floor) and the `commanded` actions [N, horizon, A]. `decoder` is the model whose
     IDM decodes (default `model`): comparisons pass one decoder so every model is judged by the same IDM.
+    `sampler_steps` overrides the model's denoising steps per frame.
     """
     decoder = decoder or model
     model.eval()
@@ -59,7 +61,7 @@ def held_out_rollouts(
         commanded = actions[:, context - 1 : context - 1 + horizon]
         gen = torch.Generator(device=dev).manual_seed(seed * 1_000_003 + b)
         generated, _, _ = model.rollout(
-            frames[:, :context], actions[:, : context - 1], commanded, generator=gen
+            frames[:, :context], actions[:, : context - 1], commanded, steps=sampler_steps, generator=gen
         )
         per_frame = frame_fidelity(generated, real, fidelity)
         for k in ("ssim", "psnr", "score"):
