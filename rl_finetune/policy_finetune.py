@@ -312,8 +312,12 @@ def plot_learning_curve(
 
     fig, ax = plt.subplots(figsize=(6, 4))
     if history:
-        ax.plot([h["iteration"] for h in history], [h["imagined/success"] for h in history], color="tab:blue",
+        trained = [h["iteration"] for h in history]
+        ax.plot(trained, [h["imagined/success"] for h in history], color="tab:blue",
                 alpha=0.4, label="imagined success (training rollouts)")  # fmt: skip
+        # where rollouts of one start state disagree: the only starts a group baseline learns from
+        ax.plot(trained, [h.get("imagined/mixed_starts", float("nan")) for h in history], color="tab:gray",
+                alpha=0.5, linestyle=":", label="start states with mixed outcomes")  # fmt: skip
     its = [e["iteration"] for e in evaluations]
     for key, colour, label in (("imagined_success", "tab:blue", "imagined (held-out)"), ("sim_success", "tab:red", "sim (held-out)")):  # fmt: skip
         lo = [e[key] - e[f"{key}_ci95"][0] for e in evaluations]
@@ -328,7 +332,7 @@ def plot_learning_curve(
             label=label,
         )
     ax.set_xlabel(f"{algorithm} iteration (imagination only)")
-    ax.set_ylabel("success rate")
+    ax.set_ylabel("success rate (dotted: share of start states)")
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=7)
     fig.tight_layout()
