@@ -73,19 +73,14 @@ def run_episode(env: KeepsLastObservation, actor: PolicyActor, seed: int, sample
 
 
 def main() -> None:
-    import gymnasium as gym
-
-    import sim
+    from sim.tabletop_env import TabletopEnv
 
     cfg = parse_cli(FailureModesConfig)
     torch.set_num_threads(cfg.threads)
     policy = load_policy(cfg.policy).eval()
-    h = policy.config.image_size[0]
     sim_cfg = SimEvalConfig(task="reach", max_steps=cfg.max_steps)
-    env = KeepsLastObservation(
-        gym.make(sim.ENV_IDS["reach"], image_size=h, cameras=tuple(policy.config.cameras),
-                 max_steps=cfg.max_steps, init_joint_noise=sim_cfg.init_joint_noise)
-    )  # fmt: skip
+    env_cfg = sim_cfg.env_config(policy.config.image_size[0], tuple(policy.config.cameras))
+    env = KeepsLastObservation(TabletopEnv(env_cfg))
     actor = PolicyActor(policy, env, "cpu")
     try:
         episodes = [run_episode(env, actor, s, s) for s in range(cfg.seed, cfg.seed + cfg.episodes)]

@@ -41,7 +41,6 @@ from data.windows import WorldModelWindows
 from rl_finetune.closed_loop_config import LoopConfig
 from rl_finetune.policy_finetune import FinetunePolicyConfig, PolicyPath, finetune
 from rl_finetune.sim_steps import count_sim_steps
-from sim.tabletop_env import TabletopEnvConfig
 from vla.factory import load_policy
 from vla.sim_recording import record_policy_episodes as record_sim_episodes
 from world_model.model import WorldModel
@@ -71,16 +70,7 @@ def record_policy_episodes(
     """(a): the policy at `policy_path` in the sim, one episode per seed, recorded at `root`."""
     cameras, size = recorded_cameras(cfg.loop.dataset_root)
     policy = load_policy(policy_path, cfg.device)
-    sim = cfg.eval.sim
-    env_cfg = TabletopEnvConfig(
-        task=sim.task,
-        image_size=size,
-        cameras=cameras,
-        max_steps=sim.max_steps,
-        terminate_on_success=cfg.loop.terminate_on_success,
-        init_joint_noise=sim.init_joint_noise,
-        backend=sim.backend,
-    )
+    env_cfg = cfg.eval.sim.env_config(size, cameras, cfg.loop.terminate_on_success)
     return record_sim_episodes(policy, env_cfg, root, seeds, cfg.device)
 
 

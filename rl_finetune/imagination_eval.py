@@ -98,9 +98,9 @@ def imagine_episodes(
         while not env.done.all():
             chunk = policy.predict_action_chunk(obs)[:, : policy.n_action_steps]
             obs, _, _, _, info = env.step(chunk)
-            active = info["active"].cpu()
-            for i, path in enumerate(paths):
-                path += list(info["state"][i].cpu())
+            active, state = info["active"].cpu(), info["state"].cpu()
+            for path, row in zip(paths, state):
+                path += list(row)
             length += active.sum(1)
             max_prob = torch.maximum(max_prob, (info["success_prob"].cpu() * active).max(1).values)
             frames = info["frames"]

@@ -26,6 +26,20 @@ class SimEvalConfig:
     init_joint_noise: float = 0.1  # rad, as the env default
     backend: str = "mujoco"  # physics/rendering: mujoco | genesis (pip install 'worldloop[genesis]')
 
+    def env_config(self, image_size: int, cameras: tuple[str, ...], terminate_on_success: bool = True):
+        """The `TabletopEnvConfig` of these episodes, rendering `cameras` at `image_size`."""
+        from sim.tabletop_env import TabletopEnvConfig  # here: importing the sim loads MuJoCo
+
+        return TabletopEnvConfig(
+            task=self.task,
+            image_size=image_size,
+            cameras=tuple(cameras),
+            max_steps=self.max_steps,
+            terminate_on_success=terminate_on_success,
+            init_joint_noise=self.init_joint_noise,
+            backend=self.backend,
+        )
+
 
 def _policy_batch(observations: list[dict], tasks: list[str], cameras: tuple[str, ...], device) -> dict:
     batch = {
