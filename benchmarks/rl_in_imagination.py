@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
+from common.config import ConfigError, parse_cli  # noqa: E402
 from rl_finetune.closed_loop import run_closed_loop  # noqa: E402
 from rl_finetune.policy_finetune import FinetunePolicyConfig, finetune  # noqa: E402
 from rl_finetune.sim_steps import count_sim_steps  # noqa: E402
@@ -97,6 +97,9 @@ PASSED_ON = "--finetune."  # options for the fine-tuning config rather than the 
 
 def main() -> None:
     args = sys.argv[1:]
+    spaced = [a for a in args if a.startswith(PASSED_ON) and "=" not in a]
+    if spaced:  # its value would otherwise land among the benchmark's own options
+        raise ConfigError(f"{spaced[0]}: pass fine-tuning options as {PASSED_ON}<key>=<value>, with '='")
     cfg = parse_cli(RLInImaginationBenchmarkConfig, [a for a in args if not a.startswith(PASSED_ON)])
     passed_on = ["--" + a[len(PASSED_ON) :] for a in args if a.startswith(PASSED_ON)]
     torch.set_num_threads(cfg.threads)
