@@ -52,8 +52,9 @@ def success_probabilities(
         frames = torch.stack([table.images[camera][w] for w in window]).float() / 255
         state = torch.stack([table.state[w] for w in window])
         task = [table.task[s] for s in starts]
-        pixels = wm.frames_in(frames[:, 1:].unsqueeze(2))  # one camera
-        probs.append(torch.sigmoid(wm.outcomes(pixels, task, state[:, 1:])["success_logit"]))
+        pixels = wm.frames_in(frames.unsqueeze(2))  # one camera; frame 0 is the episode's first
+        out = wm.outcomes(pixels[:, 1:], task, state[:, 1:], pixels[:, 0])
+        probs.append(torch.sigmoid(out["success_logit"]))
         labels.append(torch.stack([table.success[s : s + length - 1] for s in starts]).float())
     return torch.cat(probs), torch.cat(labels)
 

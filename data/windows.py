@@ -24,7 +24,9 @@ class WorldModelWindows(Dataset):
 
     Item: `frames` [T, V, 3, H, W] (uint8, or float in [0, 1] with `float_frames`), `actions` [T, A] (the
     action taken at each frame: frame t+1 follows from frame t and action t), `state` [T, S],
-    `reward` / `success` / `done` [T], `task` (str), `episode_index`, `frame_index` (of the first frame).
+    `reward` / `success` / `done` [T], `task` (str), `episode_index`, `frame_index` (of the first frame),
+    `first_frame` [V, 3, H, W] (the episode's first frame, as `frames`: the real frame imagination starts
+    an episode from, which outcome heads with `use_first_frame` read).
 
     Windows never cross an episode boundary. Episodes shorter than the window give no window (they are
     listed in `skipped_episodes`); padding them would teach the model frames that never happened.
@@ -74,6 +76,7 @@ class WorldModelWindows(Dataset):
         item = self._from_table(episode, start) if self.cache else self._from_lerobot(episode, start)
         if self.float_frames:
             item["frames"] = item["frames"].float() / 255
+            item["first_frame"] = item["first_frame"].float() / 255
         item["episode_index"] = episode
         return item
 
@@ -84,8 +87,10 @@ class WorldModelWindows(Dataset):
 
     def _from_table(self, episode: int, start: int) -> dict:
         t, window = self.table, slice(start, start + self.length)
+        first = self.dataset.episodes[episode].start
         return {
             "frames": self._table_frames(episode, start),
+            "first_frame": torch.stack([t.images[c][first] for c in self.dataset.cameras]),
             "actions": t.action[window],
             "state": t.state[window],
             "reward": t.reward[window],
@@ -106,8 +111,13 @@ class WorldModelWindows(Dataset):
             DONE: torch.arange(start, start + n) == last,
         }
         frames = torch.stack([self.dataset.resize(item[image_key(c)]) for c in self.dataset.cameras], dim=1)
+        # The episode's first frame: a second read (of a window), unless this window starts there.
+        first_start = self.dataset.episodes[episode].start
+        first_item = item if first_start == start else self.lerobot[first_start]
+        first = torch.stack([self.dataset.resize(first_item[image_key(c)][0]) for c in self.dataset.cameras])
         return {
             "frames": _to_uint8(frames),
+            "first_frame": _to_uint8(first),
             "actions": item[ACTION],
             "state": item[STATE],
             **{k.removeprefix("next."): item[k].reshape(n) if k in item else v for k, v in filled.items()},

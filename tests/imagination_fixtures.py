@@ -19,6 +19,7 @@ def tiny_world_model(
     cameras: tuple[str, ...] = ("front",),
     context_frames: int = 2,
     heads_use_state: bool = False,
+    heads_use_first_frame: bool = False,
 ) -> WorldModel:
     torch.manual_seed(seed)
     dit = VideoDiTConfig(
@@ -31,7 +32,7 @@ def tiny_world_model(
         context_frames=context_frames,
         output_conv_channels=8,
     )
-    heads = OutcomeHeadsConfig(use_state=heads_use_state)
+    heads = OutcomeHeadsConfig(use_state=heads_use_state, use_first_frame=heads_use_first_frame)
     wm = WorldModel(WorldModelConfig(dit=dit, cameras=cameras, heads=heads))
     # Zero-initialised output layers would draw a constant grey frame: give them weights so frames depend
     # on the noise, the context and the actions.

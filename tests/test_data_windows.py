@@ -31,6 +31,9 @@ def test_windows_align_frames_actions_and_state(dataset):
         assert w["frames"][:, :, 0, 0, 0].tolist() == [[f0 + t] * 2 for t in range(4)]
         assert (w["frames"][:, :, 1] == ep).all()  # never crosses into another episode
         assert w["frames"][0, :, 2, 0, 0].tolist() == [0, 1]
+        # The episode's first frame, whatever the window: frame index 0 of this episode, both cameras.
+        assert w["first_frame"].shape == (2, 3, 16, 16)
+        assert w["first_frame"][:, 0, 0, 0].tolist() == [0, 0] and (w["first_frame"][:, 1] == ep).all()
         for t in range(4):
             assert torch.equal(w["actions"][t], torch.from_numpy(pattern_action(ep, f0 + t)))
             assert torch.equal(w["state"][t], torch.from_numpy(pattern_state(ep, f0 + t)))

@@ -190,9 +190,9 @@ def test_heads_read_the_integrated_state(monkeypatch):
     seen = []
     heads_forward = wm.heads.forward
 
-    def spy(tokens, task=None, state=None):
+    def spy(tokens, task=None, state=None, first=None):
         seen.append(state)
-        return heads_forward(tokens, task, state)
+        return heads_forward(tokens, task, state, first)
 
     monkeypatch.setattr(wm.heads, "forward", spy)
     env = WorldModelEnv(wm)
@@ -201,3 +201,26 @@ def test_heads_read_the_integrated_state(monkeypatch):
     assert len(seen) == 3
     for k, state in enumerate(seen):
         torch.testing.assert_close(state, wm.normalize_state(info["state"][:, k]))
+
+
+def test_heads_read_the_reset_frame_at_every_step(monkeypatch):
+    # Heads with use_first_frame judge every imagined frame against the real frame the episode started
+    # from, also once the context holds only generated frames.
+    wm = tiny_world_model(heads_use_state=True, heads_use_first_frame=True, context_frames=2)
+    seen = []
+    heads_forward = wm.heads.forward
+
+    def spy(frames, task=None, state=None, first=None):
+        seen.append(first)
+        return heads_forward(frames, task, state, first)
+
+    monkeypatch.setattr(wm.heads, "forward", spy)
+    starts = random_starts(2, context=2)
+    env = WorldModelEnv(wm)
+    env.reset(starts, seed=0)
+    for _ in range(2):
+        env.step(torch.rand(2, 3, 4))
+    assert len(seen) == 6
+    reset_frame = wm.frames_in(starts.frames["front"][:, 0].unsqueeze(1))
+    for first in seen:
+        torch.testing.assert_close(first, reset_frame)

@@ -86,3 +86,55 @@ def test_training_shifts_the_frames_and_evaluation_does_not():
     assert any(not torch.allclose(trained[0], t) for t in trained[1:])
     heads.eval()
     torch.testing.assert_close(heads(frames)["success_logit"], heads(frames)["success_logit"])
+
+
+def test_heads_judge_from_the_first_frame_and_the_state_alone():
+    # Success when the "fingertip" (state[:, 0], in [-1, 1] across the image) is at the column of the
+    # square in the episode's first frame. The judged frame is noise that says nothing, and with
+    # use_frame=False the heads do not read it at all.
+    torch.manual_seed(0)
+    n = 32
+    first = -torch.ones(n, 1, 3, 16, 16)
+    state = torch.zeros(n, 4)
+    labels = torch.zeros(n)
+    for i in range(n):
+        x = int(torch.randint(0, 14, ()))
+        first[i, 0, :, 6:9, x : x + 3] = 1
+        hit = i % 2 == 0
+        column = x + 1 if hit else (x + 8) % 16
+        state[i, 0] = column / 7.5 - 1
+        labels[i] = float(hit)
+    cfg = OutcomeHeadsConfig(channels=16, dropout=0.0, augment_shift=0, use_first_frame=True, use_frame=False)
+    heads = OutcomeHeads(cfg, state_dim=4)
+    opt = torch.optim.Adam(heads.parameters(), 1e-2)
+    frames = torch.rand(n, 1, 3, 16, 16) * 2 - 1
+    for _ in range(300):
+        logit = heads(frames, None, state, first)["success_logit"]
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    heads.eval()
+    judged = heads(frames, None, state, first)["success_logit"]
+    assert ((judged > 0).float() == labels).all()
+    other_frames = torch.rand(n, 1, 3, 16, 16) * 2 - 1
+    torch.testing.assert_close(heads(other_frames, None, state, first)["success_logit"], judged)
+    moved = heads(frames, None, state, first.roll(8, -1))["success_logit"]
+    assert ((moved > 0).float() != labels).any()
+
+
+def test_first_frame_is_one_per_episode_and_required():
+    cfg = OutcomeHeadsConfig(channels=8, use_first_frame=True)
+    heads = OutcomeHeads(cfg, num_views=2, state_dim=3).eval()
+    frames, state, first = torch.randn(3, 5, 2, 3, 16, 16), torch.randn(3, 5, 3), torch.randn(3, 2, 3, 16, 16)
+    out = heads(frames, None, state, first)["success_logit"]
+    assert out.shape == (3, 5)
+    # Every frame of an episode is judged against that episode's first frame.
+    swapped = heads(frames, None, state, first[[1, 0, 2]])["success_logit"]
+    assert not torch.allclose(swapped[:2], out[:2]) and torch.allclose(swapped[2], out[2])
+    with pytest.raises(ValueError, match="use_first_frame"):
+        heads(frames, None, state)
+    with pytest.raises(ValueError, match=r"expected \[3, 2, 3, 16, 16\]"):
+        heads(frames, None, state, first[:, :1])
+    with pytest.raises(ValueError, match="use_frame=False needs heads.use_first_frame"):
+        OutcomeHeads(OutcomeHeadsConfig(use_frame=False, use_state=False))

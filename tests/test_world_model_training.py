@@ -209,6 +209,15 @@ def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_l
     assert frozen and all(torch.equal(base[k], after[k]) for k in frozen)
     assert any(not torch.equal(base[k], after[k]) for k in base if k.startswith("heads."))
     assert any(k.startswith("heads.state_embed") for k in after)
+    # Heads that judge from the episode's first frame and the joint state alone: fitted through the same
+    # windows, then calibrated by replays that pass the reset frame (the trainer's last stage).
+    first_only = ["--model.heads.use_first_frame=true", "--model.heads.use_frame=false"]
+    refit = train(
+        parse_cli(TrainWorldModelConfig, [*args, *first_only, f"--output_dir={tmp_path / 'first'}"])
+    )
+    assert refit.cfg.heads.use_first_frame and not refit.cfg.heads.use_frame
+    reloaded = WorldModel.from_pretrained(tmp_path / "first" / "pretrained_model")
+    assert reloaded.cfg.heads.use_first_frame and not reloaded.cfg.heads.use_frame
     with pytest.raises(ValueError, match="does not fit"):
         train(
             parse_cli(

@@ -19,6 +19,14 @@ too (world_model/imagined_windows.py).
 Success depends on the instruction as much as on the picture ("reach the red cube" and "reach the blue
 cube" differ only in words): its hashed words (common/text.py) modulate the image features (FiLM) before
 the spatial pooling, so the pooling looks for the named object. Without a task the embedding is zero.
+
+The episode's first frame (`use_first_frame`). In imagination only the first frame is real: the one the
+episode starts from. Where the objects stand can be read from it, sharp, before any drawing error. In a
+task whose objects stay put until touched (reach), that frame and the joint state (exact in imagination)
+tell whether the fingertip is at the named object, whatever the drawn frame looks like. `use_frame=False`
+then judges from those two alone: the outcome no longer depends on how well the model draws a near miss,
+only on where its policy moved the arm (benchmarks/results/imagination_eval_*first_frame*.json). Keep
+`use_frame` for tasks where what is judged moves (push): the first frame cannot show where it went.
 """
 
 from __future__ import annotations
@@ -46,6 +54,11 @@ class OutcomeHeadsConfig:
     # it from the model's open-loop replays of held-out episodes (world_model/success_calibration.py): an
     # episode succeeds when any of its ~50 steps crosses it, so occasional per-frame false alarms add up.
     success_threshold: float = 0.5
+    # Also read the episode's first frame, the real one imagination starts from (module docstring).
+    use_first_frame: bool = False
+    # Read the frame being judged. False (with use_first_frame and use_state) judges from the first frame
+    # and the joint state alone: for tasks whose objects stay put until reached.
+    use_frame: bool = True
 
     def validate(self) -> None:
         if self.channels < 1:
@@ -56,6 +69,10 @@ class OutcomeHeadsConfig:
             raise ValueError(f"heads.augment_shift={self.augment_shift} must be >= 0")
         if not 0 < self.success_threshold < 1:
             raise ValueError(f"heads.success_threshold={self.success_threshold} must lie in (0, 1)")
+        if not (self.use_frame or self.use_first_frame):
+            raise ValueError(
+                "heads.use_frame=False needs heads.use_first_frame=True: the heads must see a frame"
+            )
 
 
 class OutcomeHeads(nn.Module):
@@ -80,7 +97,8 @@ class OutcomeHeads(nn.Module):
         self.film = nn.Linear(c, 2 * c)
         self.state_embed = nn.Sequential(nn.Linear(state_dim, c), nn.SiLU()) if cfg.use_state else None
         per_view = c + 2  # pooled features and the soft-argmax location
-        width = num_views * per_view + c + (c if cfg.use_state else 0)
+        images = int(cfg.use_frame) + int(cfg.use_first_frame)
+        width = images * num_views * per_view + c + (c if cfg.use_state else 0)
         self.mix = nn.Sequential(nn.Linear(width, c), nn.SiLU(), nn.Dropout(cfg.dropout))
         self.out = nn.Linear(c, 3)  # reward (normalised), success logit, done logit
 
@@ -93,26 +111,11 @@ class OutcomeHeads(nn.Module):
         ids = hashed_batch(list(task), self.cfg.task_buckets, self.cfg.task_words)
         return self.task_embed(ids.to(device))
 
-    def forward(
-        self, frames: torch.Tensor, task: list[str] | None = None, state: torch.Tensor | None = None
-    ) -> dict[str, torch.Tensor]:
-        """frames [B, ..., V, 3, H, W] in [-1, 1], task: B instructions, state [B, ..., S] (normalised joint
-        positions, read with `use_state`) -> reward, success_logit, done_logit [B, ...]."""
-        if frames.dim() < 5 or frames.shape[-4] != self.num_views or frames.shape[-3] != 3:
-            raise ValueError(
-                f"outcome heads: expected frames [B, ..., {self.num_views}, 3, H, W], got {list(frames.shape)}"
-            )
-        lead = frames.shape[:-4]
-        b, n = lead[0], lead.numel()
-        t = self.task_features(task, b, frames.device)  # [B, C]
-        t = t.view(b, *[1] * (len(lead) - 1), -1).expand(*lead, -1).reshape(n, -1)
-        images = frames.reshape(n * self.num_views, *frames.shape[-3:])
-        shift = self.cfg.augment_shift
-        if self.training and shift > 0:
-            dy, dx = torch.randint(-shift, shift + 1, (2,)).tolist()
-            images = torch.roll(images, (dy, dx), (-2, -1))
+    def _where(self, images: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """images [N*V, 3, H, W], task features [N, C] -> [N*V, C + 2]: the image's features pooled where the
+        instruction's object is, and that place (a spatial soft-argmax in [-1, 1])."""
         f = self.encoder(images)  # [N*V, C, h, w]
-        gain, bias = self.film(t).repeat_interleave(self.num_views, 0).chunk(2, -1)
+        gain, bias = self.film(task).repeat_interleave(self.num_views, 0).chunk(2, -1)
         f = f * (1 + gain[..., None, None]) + bias[..., None, None]
         h, w = f.shape[-2:]
         weights = torch.softmax(f.flatten(2).mean(1), -1)  # [N*V, h*w]: where the named object is
@@ -123,7 +126,47 @@ class OutcomeHeads(nn.Module):
             indexing="ij",
         )
         where = torch.stack([(weights * xs.flatten()).sum(-1), (weights * ys.flatten()).sum(-1)], -1)
-        parts = [torch.cat([pooled, where], -1).view(n, -1), t]
+        return torch.cat([pooled, where], -1)
+
+    def forward(
+        self,
+        frames: torch.Tensor,
+        task: list[str] | None = None,
+        state: torch.Tensor | None = None,
+        first: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """frames [B, ..., V, 3, H, W] in [-1, 1], task: B instructions, state [B, ..., S] (normalised joint
+        positions, read with `use_state`), first [B, V, 3, H, W] in [-1, 1] (the episode's first frame, read
+        with `use_first_frame`) -> reward, success_logit, done_logit [B, ...]."""
+        cfg, v = self.cfg, self.num_views
+        if frames.dim() < 5 or frames.shape[-4] != v or frames.shape[-3] != 3:
+            raise ValueError(
+                f"outcome heads: expected frames [B, ..., {v}, 3, H, W], got {list(frames.shape)}"
+            )
+        lead = frames.shape[:-4]
+        b, n = lead[0], lead.numel()
+        t_b = self.task_features(task, b, frames.device)  # [B, C]
+        t = t_b.view(b, *[1] * (len(lead) - 1), -1).expand(*lead, -1).reshape(n, -1)
+        shift = cfg.augment_shift
+        dy, dx = torch.randint(-shift, shift + 1, (2,)).tolist() if self.training and shift > 0 else (0, 0)
+
+        def shifted(images: torch.Tensor) -> torch.Tensor:
+            # One shift for the frames and the first frame: where things are relative to each other stays.
+            return torch.roll(images, (dy, dx), (-2, -1)) if dy or dx else images
+
+        parts = []
+        if cfg.use_frame:
+            parts.append(self._where(shifted(frames.reshape(n * v, *frames.shape[-3:])), t).view(n, -1))
+        if cfg.use_first_frame:
+            if first is None or tuple(first.shape) != (b, *frames.shape[-4:]):
+                got = None if first is None else list(first.shape)
+                raise ValueError(
+                    f"outcome heads read the episode's first frame (heads.use_first_frame): expected "
+                    f"[{b}, {', '.join(map(str, frames.shape[-4:]))}], got {got}"
+                )
+            anchor = self._where(shifted(first.reshape(b * v, *first.shape[-3:])), t_b).view(b, -1)
+            parts.append(anchor.view(b, *[1] * (len(lead) - 1), -1).expand(*lead, -1).reshape(n, -1))
+        parts.append(t)
         if self.state_embed is not None:
             if state is None or tuple(state.shape[:-1]) != tuple(lead):
                 got = None if state is None else list(state.shape)

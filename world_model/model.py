@@ -160,18 +160,39 @@ class WorldModel(nn.Module):
         return self.normalizer.normalize(STATE, s)
 
     def outcomes(
-        self, pixels: torch.Tensor, task: list[str] | None, state: torch.Tensor | None
+        self,
+        pixels: torch.Tensor,
+        task: list[str] | None,
+        state: torch.Tensor | None,
+        first: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """The heads on frames [B, ..., V, 3, H, W] in [-1, 1], with the frames' joint states [B, ..., S] in
-        dataset units (read only with `heads.use_state`)."""
-        if not self.cfg.heads.use_state:
-            return self.heads(pixels, task)
-        if state is None:
+        dataset units (read only with `heads.use_state`) and the episode's first frame [B, V, 3, H, W] in
+        [-1, 1] (read only with `heads.use_first_frame`)."""
+        heads = self.cfg.heads
+        if heads.use_state and state is None:
             raise ValueError(
                 "heads.use_state=True: the outcome heads need the joint state of each frame "
                 "(observation.state in training, `future_state` in a rollout)"
             )
-        return self.heads(pixels, task, self.normalize_state(state.float()))
+        if heads.use_first_frame and first is None:
+            raise ValueError(
+                "heads.use_first_frame=True: the outcome heads need the episode's first frame "
+                "(`first_frame` of a WorldModelWindows item in training, the reset frame in a rollout)"
+            )
+        return self.heads(
+            pixels,
+            task,
+            self.normalize_state(state.float()) if heads.use_state else None,
+            first if heads.use_first_frame else None,
+        )
+
+    def _first_frame(self, first_frame: torch.Tensor | None) -> torch.Tensor | None:
+        """A batch's `first_frame` [B, (V,) 3, H, W] (uint8 or [0, 1]) -> [B, V, 3, H, W] in [-1, 1]."""
+        if first_frame is None:
+            return None
+        first, _ = self._with_views(first_frame[:, None], "first_frame")
+        return self.frames_in(first[:, 0])
 
     def heads_loss(
         self,
@@ -179,13 +200,19 @@ class WorldModel(nn.Module):
         outcomes: dict[str, torch.Tensor],
         state: torch.Tensor | None = None,
         task: list[str] | None = None,
+        first_frame: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Loss of the outcome heads alone on windows (arguments as `compute_loss`; the rest of the model is
         left alone): to fit the heads again, or on more labelled episodes, without the diffusion model."""
         if not outcomes:
             raise KeyError("heads-only training needs next.reward/success/done labels; the batch has none")
         pixels, _ = self._with_views(frames, "frames")
-        pred = self.outcomes(self.frames_in(pixels[:, 1:]), task, None if state is None else state[:, 1:])
+        pred = self.outcomes(
+            self.frames_in(pixels[:, 1:]),
+            task,
+            None if state is None else state[:, 1:],
+            self._first_frame(first_frame),
+        )
         loss = self._outcome_loss(pred, outcomes)
         return loss, {"loss/heads": loss.item()}
 
@@ -241,9 +268,16 @@ class WorldModel(nn.Module):
             )
         outcomes = {k: batch[k] for k in ("reward", "success", "done") if k in batch}
         if heads_only:
-            return self.heads_loss(batch["frames"], outcomes, batch.get("state"), batch.get("task"))
+            return self.heads_loss(
+                batch["frames"], outcomes, batch.get("state"), batch.get("task"), batch.get("first_frame")
+            )
         return self.compute_loss(
-            batch["frames"], batch["actions"], outcomes, batch.get("state"), batch.get("task")
+            batch["frames"],
+            batch["actions"],
+            outcomes,
+            batch.get("state"),
+            batch.get("task"),
+            batch.get("first_frame"),
         )
 
     def compute_loss(
@@ -253,13 +287,15 @@ class WorldModel(nn.Module):
         outcomes: dict[str, torch.Tensor] | None = None,
         state: torch.Tensor | None = None,
         task: list[str] | None = None,
+        first_frame: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Teacher-forced diffusion-forcing loss over a window, plus head and IDM losses.
 
         frames [B, T, (V,) C, H, W] in [0, 1]; actions [B, T, A]; outcomes: optional `next.reward`,
         `next.success`, `next.done` of each frame [B, T] as keys `reward`, `success`, `done`; state [B, T, S]
         (read by the IDM with idm.use_state and by the heads with heads.use_state);
-        task: the B instructions (read by the outcome heads).
+        task: the B instructions (read by the outcome heads); first_frame [B, (V,) 3, H, W]: the episode's
+        first frame (read by the heads with heads.use_first_frame).
         Every frame 1..T-1 is a target, denoised from its own noise level while seeing clean (lightly
         noised) earlier frames, the same view it has in a KV-cache rollout.
         """
@@ -329,7 +365,8 @@ class WorldModel(nn.Module):
         loss = diffusion
 
         if outcomes:
-            pred = self.outcomes(pixels[:, 1:], task, None if state is None else state[:, 1:])
+            first = self._first_frame(first_frame)
+            pred = self.outcomes(pixels[:, 1:], task, None if state is None else state[:, 1:], first)
             head_loss = self._outcome_loss(pred, outcomes)
             loss = loss + cfg.head_loss_weight * head_loss
             logs["loss/heads"] = head_loss.item()
@@ -415,12 +452,15 @@ class WorldModel(nn.Module):
         sampler: SamplerConfig | None = None,
         task: list[str] | None = None,
         future_state: torch.Tensor | None = None,
+        first_frame: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Imagine the frames that follow the context under `future_actions`, one frame at a time.
 
         context_frames [B, C, (V,) 3, H, W] in [0, 1]; context_actions [B, C-1, A] (between context frames);
         future_actions [B, H, A]; task: the B instructions the reward/success heads judge by; future_state
-        [B, H, S]: the joint positions at each generated frame (needed by heads.use_state).
+        [B, H, S]: the joint positions at each generated frame (needed by heads.use_state); first_frame
+        [B, (V,) 3, H, W] in [0, 1]: the episode's first, real frame (read by heads.use_first_frame; the first
+        context frame when not given).
         `steps` overrides the sampler's step count. With `use_cache` each frame's
         keys/values are computed once and kept for the next `dit.context_frames` frames; without it every denoising
         step re-runs the whole history (the reference path, same result up to float error).
@@ -452,6 +492,7 @@ class WorldModel(nn.Module):
             )
         dev = ctx.device
         judge = future_state is not None or not cfg.heads.use_state  # heads that read the state need it
+        first = self._first_frame(ctx[:, 0] if first_frame is None else first_frame)
         x = self.codec.encode(self.frames_in(ctx))
         a_ctx = self.lead_action_features(
             torch.cat([self.normalize_action(context_actions), torch.zeros(b, 1, a_dim, device=dev)], 1)
@@ -505,7 +546,9 @@ class WorldModel(nn.Module):
             )
             cache, history = self._context_pass(clean_new, last, a, yes, index, cache, history)
             if judge:
-                out = self.outcomes(pixels[:, 0], task, None if future_state is None else future_state[:, k])
+                out = self.outcomes(
+                    pixels[:, 0], task, None if future_state is None else future_state[:, k], first
+                )
                 rewards.append(out["reward"])
                 success.append(torch.sigmoid(out["success_logit"]))
             last = clean_new

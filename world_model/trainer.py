@@ -54,7 +54,8 @@ class TrainWorldModelConfig:
     # change of the heads, or on more labelled episodes; no diffusion pass, so minutes on a CPU.
     heads_only: bool = False
     # With heads_only: also fit the heads on the model's own rollouts of the training episodes (their real
-    # labels), the frames they judge in imagination (world_model/imagined_windows.py).
+    # labels), the frames they judge in imagination (world_model/imagined_windows.py). Skipped for heads
+    # that do not read the judged frame (heads.use_frame=False).
     heads_on_rollouts: bool = True
     # After training, set the heads' success threshold from replays of the held-out episodes
     # (world_model/success_calibration.py); skipped when they are all successes or all failures.
@@ -153,7 +154,8 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         model.requires_grad_(False)
         model.heads.requires_grad_(True)
     windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
-    if cfg.heads_only and cfg.heads_on_rollouts:
+    # Heads that do not read the judged frame (heads.use_frame=False) gain nothing from drawn ones.
+    if cfg.heads_only and cfg.heads_on_rollouts and model.cfg.heads.use_frame:
         windows = ConcatDataset(
             [windows, ImaginedWindows(model, dataset, train_eps, cfg.window, seed=cfg.train.seed)]
         )

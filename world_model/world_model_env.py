@@ -154,6 +154,8 @@ class WorldModelEnv:
             raise ValueError(f"initial state: expected [{b}, {a_dim}], got {list(initial.state.shape)}")
         if len(initial.task) != b:
             raise ValueError(f"initial task: expected {b} instructions, got {len(initial.task)}")
+        # The real frame the episode starts from, for outcome heads that read it (heads.use_first_frame).
+        self._first = frames[:, 0]
         # The DiT attends to `context_frames` earlier frames: older ones (and their actions) are dropped.
         self._frames = frames[:, -self.context_frames :]
         kept = self._frames.shape[1]
@@ -217,6 +219,7 @@ class WorldModelEnv:
             use_cache=self.config.use_cache,
             task=self._task,
             future_state=states,
+            first_frame=self._first,
         )
         k = chunk.shape[1]
         # Per-step success with termination: steps after an env's first success earn nothing.
