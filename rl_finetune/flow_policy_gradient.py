@@ -89,6 +89,9 @@ class ImaginedChunks:
     success: torch.Tensor  # [B] float
     progress: torch.Tensor  # [B] final progress in [0, 1]
     returns: torch.Tensor  # [B] success_reward * success + progress_reward * progress (= summed rewards)
+    # [B, I] with `instructions`: the first decision after which the success head, judging under
+    # instruction i, crossed the threshold while the episode was live (-1: never). See `imagine_chunks`.
+    hindsight: torch.Tensor | None = None
 
 
 @dataclass
@@ -117,6 +120,22 @@ class Rollouts:
         b[TASK] = [self.task[i] for i in index.tolist()]
         return b
 
+    def with_decisions(self, more: list[Rollouts]) -> Rollouts:
+        """These rollouts plus the decisions of `more` (per-episode figures stay these rollouts')."""
+        every = [self, *more]
+        return Rollouts(
+            images={c: torch.cat([r.images[c] for r in every]) for c in self.images},
+            state=torch.cat([r.state for r in every]),
+            task=[t for r in every for t in r.task],
+            chain=torch.cat([r.chain for r in every]),
+            old_log_probs=torch.cat([r.old_log_probs for r in every]),
+            advantages=torch.cat([r.advantages for r in every]),
+            returns=self.returns,
+            success=self.success,
+            progress=self.progress,
+            extras={k: torch.cat([r.extras[k] for r in every]) for k in self.extras},
+        )
+
 
 @torch.no_grad()
 def imagine_chunks(
@@ -126,12 +145,20 @@ def imagine_chunks(
     seed: int,
     noise_level: float,
     cfg: ImaginedRLConfig,
+    instructions: list[str] | None = None,
 ) -> ImaginedChunks:
-    """Episodes from `starts` with the stochastic sampler, rewarded by `cfg`'s success and progress weights."""
+    """Episodes from `starts` with the stochastic sampler, rewarded by `cfg`'s success and progress weights.
+
+    With `instructions`, every imagined step is also judged under each of them (`WorldModelEnv.success_prob`),
+    and `hindsight` records after which decision an episode would have succeeded had it been asked for it.
+    """
     policy.eval()
     generator = torch.Generator(device=env.device).manual_seed(seed)
     obs = env.reset(starts, seed=seed)
     out = ImaginedChunks([], [], [], [], [], *(torch.empty(0),) * 3)
+    b = starts.batch_size
+    if instructions:
+        out.hindsight = torch.full((b, len(instructions)), -1, dtype=torch.long, device=env.device)
     while not env.done.all():
         live = ~env.done
         succeeded, progress = env.succeeded.clone(), env.progress.clone()
@@ -141,7 +168,12 @@ def imagine_chunks(
         out.chains.append(sample.chain)
         out.log_probs.append(sample.step_log_probs)
         out.live.append(live)
-        obs, *_ = env.step(actions)
+        obs, _, _, _, info = env.step(actions)
+        for i, instruction in enumerate(instructions or []):
+            hit = (env.success_prob(info, [instruction] * b) > env.success_threshold).any(1) & live
+            out.hindsight[:, i] = torch.where(
+                hit & (out.hindsight[:, i] < 0), len(out.chains) - 1, out.hindsight[:, i]
+            )
         first_success = (env.succeeded & ~succeeded).float()
         reward = cfg.success_reward * first_success + cfg.progress_reward * (env.progress - progress)
         out.rewards.append(reward * live)

@@ -23,19 +23,31 @@ One iteration:
 
 With every r = 1 and beta = 1 this is the BC loss on the policy's own chunks (rejection-sampling
 fine-tuning); with every r = 1/2 the policy does not move.
+
+Hindsight (`nft.hindsight`). A policy that fails the same way from a start every time (reaching the red
+cube when asked for the blue one) gives its group nothing to compare, and no exploration noise within its
+own distribution turns that into a success (benchmarks/results/policy_failure_modes.json). But the episode
+did achieve something: it reached the red cube. The success head reads the instruction, so the same
+imagined frames and states are judged again under every other instruction of the start states, and an
+episode that failed its own but achieved another is learnt a second time, relabelled with that
+instruction and r = 1 (its decisions up to the success), as hindsight experience replay relabels goals.
+This is possible because NFT needs no likelihood of the sampler that drew the chunk: the chunks were drawn
+under another instruction.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import torch
 
 from common.ema import follow
+from data.features import TASK
 from rl_finetune.flow_policy_gradient import (
     FlowPolicyTrainer,
+    ImaginedChunks,
     ImaginedRLConfig,
     Rollouts,
     flatten,
@@ -52,6 +64,9 @@ class PolicyNFTConfig(ImaginedRLConfig, NFTConfig):
     section: ClassVar[str] = "nft"
 
     group_size: int = 8  # rollouts per initial state (batch = starts_per_iteration x group_size)
+    # Also learn from episodes that failed their instruction but achieved another one, relabelled with it
+    # (module docstring).
+    hindsight: bool = False
 
     @property
     def episodes_per_iteration(self) -> int:
@@ -72,14 +87,57 @@ class PolicyNFTTrainer(FlowPolicyTrainer):
     def __init__(self, policy, env: WorldModelEnv, cfg: PolicyNFTConfig, seed: int = 0):
         super().__init__(policy, env, cfg, seed)
         self.old = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.instructions: list[str] = []  # every instruction of the start states so far (hindsight)
+        self.relabelled = 0.0  # share of the last iteration's episodes learnt again under another one
 
     def collect(self, starts: InitialStates, seed: int) -> Rollouts:
         cfg = self.cfg
+        if cfg.hindsight:
+            self.instructions = sorted(set(self.instructions) | set(starts.task))
         chunks = imagine_chunks(
-            self.old, self.env, starts.repeat(cfg.group_size), seed, self.noise_level, cfg
+            self.old,
+            self.env,
+            starts.repeat(cfg.group_size),
+            seed,
+            self.noise_level,
+            cfg,
+            self.instructions if cfg.hindsight else None,
         )
         r = optimality_probability(chunks.returns.view(-1, cfg.group_size), cfg.advantage_clip).flatten()
-        return flatten(chunks, [r] * len(chunks.chains))  # `advantages` holds r here
+        data = flatten(chunks, [r] * len(chunks.chains))  # `advantages` holds r here
+        if not cfg.hindsight:
+            return data
+        return data.with_decisions(self._relabelled(chunks))
+
+    def _relabelled(self, chunks: ImaginedChunks) -> list[Rollouts]:
+        """The decisions of episodes that failed their own instruction but achieved another, up to that
+        success, relabelled with it and r = 1 (one Rollouts per instruction that has any)."""
+        own = chunks.observations[0][TASK]
+        failed = chunks.success == 0
+        picked = torch.zeros_like(failed)
+        out = []
+        for i, instruction in enumerate(self.instructions):
+            until = chunks.hindsight[:, i]
+            other = torch.tensor([t != instruction for t in own], device=failed.device)
+            pick = failed & other & (until >= 0) & ~picked  # an episode is relabelled once
+            if not pick.any():
+                continue
+            picked |= pick
+            b = len(own)
+            relabelled = replace(
+                chunks,
+                observations=[{**o, TASK: [instruction] * b} for o in chunks.observations],
+                live=[live & pick & (d <= until) for d, live in enumerate(chunks.live)],
+            )
+            out.append(flatten(relabelled, [torch.ones(b, device=failed.device)] * len(chunks.chains)))
+        self.relabelled = picked.float().mean().item()
+        return out
+
+    def step(self, starts: InitialStates) -> dict[str, float]:
+        logs = super().step(starts)
+        if self.cfg.hindsight:
+            logs["hindsight/relabelled"] = self.relabelled
+        return logs
 
     def _velocity(self, model, batch: dict, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
         return model.velocity_fn(model.encode_observation(batch))(x, time)

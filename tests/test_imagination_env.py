@@ -224,3 +224,16 @@ def test_heads_read_the_reset_frame_at_every_step(monkeypatch):
     reset_frame = wm.frames_in(starts.frames["front"][:, 0].unsqueeze(1))
     for first in seen:
         torch.testing.assert_close(first, reset_frame)
+
+
+def test_success_prob_under_the_own_instruction_is_the_step_s_and_differs_under_another():
+    wm = tiny_world_model(heads_use_state=True, heads_use_first_frame=True)
+    env = WorldModelEnv(wm)
+    starts = random_starts(2)
+    env.reset(starts, seed=0)
+    _, _, _, _, info = env.step(torch.rand(2, 3, 4))
+    torch.testing.assert_close(env.success_prob(info, starts.task), info["success_prob"])
+    other = env.success_prob(info, ["reach the green cube"] * 2)
+    assert other.shape == (2, 3) and not torch.allclose(other, info["success_prob"])
+    with pytest.raises(ValueError, match="1 instructions for 2 episodes"):
+        env.success_prob(info, ["reach the green cube"])

@@ -8,6 +8,7 @@ import torch
 from imagination_fixtures import random_starts
 from rl_fixtures import flat_params, make_trainer
 
+from rl_finetune.flow_policy_gradient import imagine_chunks
 from rl_finetune.policy_nft import PolicyNFTConfig, PolicyNFTTrainer
 from rl_finetune.sim_steps import count_sim_steps
 
@@ -99,3 +100,32 @@ def test_config_is_checked_and_parses_from_the_cli():
     )
     assert (cfg.nft.beta, cfg.nft.group_size, cfg.algorithm_config is cfg.nft) == (0.5, 6, True)
     assert cfg.episodes_per_iteration == cfg.nft.starts_per_iteration * 6
+
+
+def test_hindsight_judged_under_the_own_instruction_is_the_episode_success():
+    trainer = _trainer()
+    starts = random_starts(2, seed=5).repeat(4)
+    own = sorted(set(starts.task))
+    chunks = imagine_chunks(trainer.old, trainer.env, starts, 0, trainer.noise_level, CFG, own)
+    column = torch.tensor([own.index(t) for t in starts.task])
+    judged_own = chunks.hindsight.gather(1, column[:, None])[:, 0]
+    assert torch.equal(judged_own >= 0, chunks.success.bool())
+    plain = imagine_chunks(trainer.old, trainer.env, starts, 0, trainer.noise_level, CFG)
+    assert plain.hindsight is None and torch.equal(plain.returns, chunks.returns)  # judging changes nothing
+
+
+def test_hindsight_adds_failed_episodes_relabelled_with_what_they_achieved():
+    cfg = PolicyNFTConfig(**{**CFG.__dict__, "hindsight": True})
+    starts = random_starts(2, seed=5)
+    with_hindsight, without = _trainer(cfg=cfg), _trainer()
+    data, base = with_hindsight.collect(starts, seed=0), without.collect(starts, seed=0)
+    n = len(base)
+    assert torch.equal(data.chain[:n], base.chain[:n]) and torch.equal(data.advantages[:n], base.advantages)
+    extra = len(data) - n
+    assert extra > 0 and 0 < with_hindsight.relabelled < 1
+    assert torch.equal(data.advantages[n:], torch.ones(extra))  # relabelled: a success under its label
+    # every relabelled decision is one the policy took under the other instruction
+    for i in range(n, len(data)):
+        same = (base.chain == data.chain[i]).flatten(1).all(1).nonzero().flatten().tolist()
+        assert same and all(base.task[j] != data.task[i] for j in same)
+    assert "hindsight/relabelled" in with_hindsight.step(starts)

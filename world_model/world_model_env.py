@@ -256,6 +256,17 @@ class WorldModelEnv:
         }
         return self._observation(), reward, terminated, truncated, info
 
+    @torch.no_grad()
+    def success_prob(self, info: dict, task: list[str]) -> torch.Tensor:
+        """[B, K] success probability of the frames the last `step` imagined (its `info`), judged as if the
+        episodes had been asked for `task` (B instructions): hindsight, what they achieved for another goal."""
+        if len(task) != self.succeeded.shape[0]:
+            raise ValueError(f"success_prob: {len(task)} instructions for {self.succeeded.shape[0]} episodes")
+        wm = self.world_model
+        frames = torch.stack([info["frames"][cam] for cam in self.cameras], 2)  # [B, K, V, 3, H, W]
+        out = wm.outcomes(wm.frames_in(frames), task, info["state"], wm.frames_in(self._first))
+        return torch.sigmoid(out["success_logit"])
+
     @property
     def done(self) -> torch.Tensor:
         """[B] episodes that ended (success with terminate_on_success, or the horizon)."""
