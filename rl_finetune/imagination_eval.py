@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from common.rng import torch_seeded
 from data.features import image_key
 from sim.embodiment import TABLETOP_ARM
 from vla.policy import Policy
@@ -154,7 +155,7 @@ def evaluate_in_imagination(
 ) -> tuple[dict, list[list[np.ndarray]]]:
     """Imagine one episode per start (groups of `batch_envs`); returns the summary and recorded clips.
 
-    Group g is seeded `seed + g`; with `video_dir` the first `videos` clips are written there as mp4.
+    Group g is seeded `seed + g` (the world model's draws and the policy's); with `video_dir` the first `videos` clips are written there as mp4.
     """
     n = starts.batch_size
     start_time = time.perf_counter()
@@ -163,9 +164,10 @@ def evaluate_in_imagination(
     bar = tqdm(total=n, desc="imagination eval", disable=not progress_bar)
     for g, first in enumerate(range(0, n, batch_envs)):
         rows = list(range(first, min(first + batch_envs, n)))
-        group, group_clips = imagine_episodes(
-            policy, env, starts.select(rows), seed + g, record=max(0, min(videos - first, len(rows)))
-        )
+        with torch_seeded(seed + g):  # the policy's noise as well as the world model's
+            group, group_clips = imagine_episodes(
+                policy, env, starts.select(rows), seed + g, record=max(0, min(videos - first, len(rows)))
+            )
         results += group
         clips += group_clips
         bar.update(len(rows))

@@ -145,3 +145,21 @@ def test_successful_episodes_only_needs_a_success_column(tmp_path):
                 f"--output_dir={tmp_path}",
             ]
         )
+
+
+def test_evaluate_in_sim_depends_on_its_seed_alone(saved_policy):
+    # The policy samples its actions with noise from torch's global generators: an episode's outcome must
+    # not depend on what drew from them before, and the evaluation must not shift the caller's stream.
+    policy = load_policy(saved_policy)
+    cfg = SimEvalConfig(task="reach", max_steps=3, batch_envs=2)
+    torch.manual_seed(1)
+    first = evaluate_in_sim(policy, cfg, episodes=3, seed=7, progress_bar=False)["per_episode"]
+    after = torch.rand(3)
+    torch.manual_seed(1)
+    assert torch.equal(torch.rand(3), after)
+    torch.manual_seed(2)
+    torch.rand(100)
+    again = evaluate_in_sim(policy, cfg, episodes=3, seed=7, progress_bar=False)["per_episode"]
+    assert [r["progress"] for r in first] == [r["progress"] for r in again]
+    other = evaluate_in_sim(policy, cfg, episodes=3, seed=8, progress_bar=False)["per_episode"]
+    assert [r["progress"] for r in first[1:]] != [r["progress"] for r in other[:2]]  # seeds 8, 9: new noise

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from common.rng import torch_seeded
 from vla.policy import Policy
 
 
@@ -61,7 +62,9 @@ def run_episodes(
     progress_bar: bool = True,
 ) -> tuple[list[dict], float]:
     """Run `episodes` episodes (env seeds seed, seed+1, ...) in groups of `len(envs)`; the first `videos` are
-    written to `video_dir/videos/` when it is given. Returns the per-episode records and the seconds taken."""
+    written to `video_dir/videos/` when it is given. Returns the per-episode records and the seconds taken.
+    The policy's random draws in a group come from torch's generators seeded with the group's first env
+    seed: the same seeds and group size give the same episodes, whatever ran before."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     policy.eval()
@@ -70,14 +73,15 @@ def run_episodes(
     with tqdm(total=episodes, desc=desc, disable=not progress_bar) as bar:
         for first in range(0, episodes, len(envs)):
             group = list(range(first, min(first + len(envs), episodes)))
-            results += _run_group(
-                policy,
-                envs[: len(group)],
-                adapter,
-                [seed + i for i in group],
-                video_dir,
-                record=[i < videos and video_dir is not None for i in group],
-            )
+            with torch_seeded(seed + first):  # the policy's noise, fixed by the group's first seed
+                results += _run_group(
+                    policy,
+                    envs[: len(group)],
+                    adapter,
+                    [seed + i for i in group],
+                    video_dir,
+                    record=[i < videos and video_dir is not None for i in group],
+                )
             bar.update(len(group))
             bar.set_postfix(success=f"{np.mean([r['success'] for r in results]):.0%}")
     return results, time.perf_counter() - start
