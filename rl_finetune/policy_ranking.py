@@ -28,7 +28,7 @@ from rl_finetune.initial_states import from_sim_resets
 from rl_finetune.ranking import ranking_report
 from rl_finetune.sim_steps import count_sim_steps
 from sim.embodiment import TABLETOP_ARM, embodiment_by_name
-from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
+from sim.tabletop_env import TabletopEnv
 from vla.factory import load_policy
 from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 from world_model.model import WorldModel
@@ -111,13 +111,7 @@ def sim_starts(env: WorldModelEnv, sim_cfg: SimEvalConfig, episodes: int, seed: 
     import sim
 
     size = env.world_model.cfg.dit.image_size
-    sim_env = gym.make(
-        sim.ENV_IDS[sim_cfg.task],
-        image_size=size,
-        cameras=env.cameras,
-        max_steps=sim_cfg.max_steps,
-        init_joint_noise=sim_cfg.init_joint_noise,
-    )
+    sim_env = gym.make(sim.ENV_IDS[sim_cfg.task], config=sim_cfg.env_config(size, env.cameras))
     try:
         with count_sim_steps() as counter:
             starts = from_sim_resets(sim_env, [seed + i for i in range(episodes)], env.cameras)
@@ -163,11 +157,7 @@ def success_by_imagined_states(per_episode: list[dict], sim_cfg: SimEvalConfig, 
     frames): the joint states follow the commanded actions whatever the frames show."""
     if sim_cfg.task != "reach":
         return None
-    env = TabletopEnv(
-        TabletopEnvConfig(
-            task="reach", cameras=(), max_steps=sim_cfg.max_steps, init_joint_noise=sim_cfg.init_joint_noise
-        )
-    )
+    env = TabletopEnv(sim_cfg.env_config(image_size=64, cameras=()))  # renders nothing
     try:
         verdicts = []
         for i, episode in enumerate(per_episode):

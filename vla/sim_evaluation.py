@@ -96,17 +96,7 @@ def evaluate_in_sim(
     if h != w:
         raise ValueError(f"the tabletop envs render square frames; the policy expects {h}x{w}")
     n_envs = min(cfg.batch_envs, episodes)
-    envs = [
-        gym.make(
-            sim.ENV_IDS[cfg.task],
-            image_size=h,
-            cameras=cameras,
-            max_steps=cfg.max_steps,
-            init_joint_noise=cfg.init_joint_noise,
-            backend=cfg.backend,
-        )
-        for _ in range(n_envs)
-    ]
+    envs = [gym.make(sim.ENV_IDS[cfg.task], config=cfg.env_config(h, cameras)) for _ in range(n_envs)]
     try:
         results, seconds = run_episodes(
             policy,
