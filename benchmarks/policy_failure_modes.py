@@ -8,6 +8,9 @@ python benchmarks/policy_failure_modes.py --policy=outputs/zoo/60ep_step00600 --
 2. The first `repeat_starts` failing start states are run again `repeats` times with other sampler seeds
    (same sim seed, so the same cubes and arm): how often the policy's own randomness turns a failure into
    a success. RL that compares rollouts of one start (GRPO, NFT) learns only where this happens.
+3. The first `follow_starts` start states are run once under each cube's instruction (the same scene and
+   arm, `TabletopEnv.reset(options={"cube": ...})`): which cube the fingertip reached, by instruction. A
+   policy that follows instructions fills the diagonal; one that goes where it always goes fills columns.
 
 Prints both tables and writes benchmarks/results/<name>.json.
 """
@@ -25,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
 from common.config import parse_cli  # noqa: E402
+from sim.scene import CUBE_COLORS  # noqa: E402
 from sim.tasks import REACH_RADIUS  # noqa: E402
 from vla.factory import load_policy  # noqa: E402
 from vla.sim_evaluation import SimEvalConfig  # noqa: E402
@@ -38,14 +42,18 @@ class FailureModesConfig:
     seed: int = 200_000
     repeats: int = 6  # sampler seeds per failing start state
     repeat_starts: int = 10  # failing start states run again
+    follow_starts: int = 20  # start states run under every cube's instruction
     max_steps: int = 50
     threads: int = 1
     name: str = ""  # "" -> policy_failure_modes
 
 
-def run_episode(env: KeepsLastObservation, actor: PolicyActor, seed: int, sampler_seed: int) -> dict:
-    """One episode; the closest the fingertip came to the named cube and to any other cube."""
-    env.reset(seed=seed)
+def run_episode(
+    env: KeepsLastObservation, actor: PolicyActor, seed: int, sampler_seed: int, cube: str | None = None
+) -> dict:
+    """One episode (naming `cube` instead of the seed's own); the closest the fingertip came to the named
+    cube and to any other, and the cube it reached (None: none within the success radius)."""
+    env.reset(seed=seed, options=None if cube is None else {"cube": cube})
     actor.reset(sampler_seed)
     sim_env = env.unwrapped
     target = sim_env.task.cube
@@ -68,8 +76,10 @@ def run_episode(env: KeepsLastObservation, actor: PolicyActor, seed: int, sample
         mode = "near_miss"
     else:
         mode = "elsewhere"
+    nearest = min(closest, key=closest.get)
     return {"seed": seed, "sampler_seed": sampler_seed, "task": sim_env.task.instruction, "mode": mode,
-            "closest_target_m": closest[target], "closest_other_m": other}  # fmt: skip
+            "closest_target_m": closest[target], "closest_other_m": other,
+            "named": target, "reached": nearest if closest[nearest] <= REACH_RADIUS else None}  # fmt: skip
 
 
 def main() -> None:
@@ -90,6 +100,8 @@ def main() -> None:
             for s in failing
             for k in range(cfg.repeats)
         ]
+        starts = range(cfg.seed, cfg.seed + min(cfg.follow_starts, cfg.episodes))
+        following = [run_episode(env, actor, s, s, cube) for s in starts for cube in CUBE_COLORS]
     finally:
         env.close()
     modes = ("success", "wrong_cube", "near_miss", "elsewhere")
@@ -103,6 +115,17 @@ def main() -> None:
     ]  # fmt: skip
     print_table(per_start, title=f"\nfailing start states run again with {cfg.repeats} other sampler seeds")
     print(f"\n{turned} of {len(repeats)} reruns of failing start states succeeded")
+    reached = [*CUBE_COLORS, None]
+    confusion = [
+        {"instruction": f"reach the {named} cube",
+         **{str(r or "none"): sum(e["named"] == named and e["reached"] == r for e in following) for r in reached}}
+        for named in CUBE_COLORS
+    ]  # fmt: skip
+    followed = sum(e["reached"] == e["named"] for e in following)
+    print_table(
+        confusion, title=f"\nthe first {len(starts)} start states under each instruction: cube reached"
+    )
+    print(f"reached the named cube in {followed} of {len(following)}")
     figures = {
         "policy": cfg.policy,
         "episodes": cfg.episodes,
@@ -110,6 +133,12 @@ def main() -> None:
         "success_rate": counts["success"] / cfg.episodes,
         "reruns": {"starts": len(failing), "per_start": cfg.repeats, "successes": turned},
         "per_start": per_start,
+        "instruction_following": {
+            "starts": len(starts),
+            "reached_by_instruction": confusion,
+            "reached_named": followed,
+            "episodes": len(following),
+        },
         "success_radius_m": REACH_RADIUS,
         "per_episode": episodes,
     }

@@ -16,6 +16,7 @@ from gymnasium import spaces
 from data.features import STATE, image_key
 from sim.backends import SIM_BACKENDS, make_tabletop_sim
 from sim.embodiment import TABLETOP_ARM
+from sim.scene import CUBE_COLORS
 from sim.tasks import TASK_KINDS, SceneState, TaskInstance, is_success, progress, sample_layout, sample_task
 
 # Measured joint positions may pass the limits slightly (MuJoCo's joint limits are soft constraints).
@@ -78,11 +79,21 @@ class TabletopEnv(gym.Env):
         self._last_obs: dict | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """`options={"cube": colour}` (reach) names another cube in the same scene: the seed's layout and arm
+        are kept, only the instruction changes (does a policy follow it, or go where it always goes?)."""
         super().reset(seed=seed)
         rng = self.np_random
         self.task = sample_task(self.config.task, rng)
         layout = sample_layout(self.task, rng)
         noise = rng.uniform(-1, 1, self.embodiment.num_joints) * self.config.init_joint_noise
+        cube = (options or {}).get("cube")
+        if cube is not None:
+            if self.task.kind != "reach" or cube not in CUBE_COLORS:
+                raise ValueError(
+                    f"reset option cube={cube!r}: expected one of {list(CUBE_COLORS)} on reach "
+                    f"(the task is {self.task.kind}: a push layout is sampled for its cube)"
+                )
+            self.task = replace(self.task, cube=cube)
         self.sim.reset(layout, self.sim.home + noise)
         self._initial = self.sim.scene_state()
         self._steps = 0

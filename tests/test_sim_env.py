@@ -140,3 +140,18 @@ def test_bad_config_is_a_clear_error():
         TabletopEnv(cameras=("side",))
     with pytest.raises(ValueError, match="imagesize"):
         TabletopEnv(imagesize=32)
+
+
+def test_reset_can_name_another_cube_in_the_same_scene(push_env):
+    env = TabletopEnv(task="reach", image_size=32)
+    obs, info = env.reset(seed=5)
+    other = next(c for c in env.scene_state().cubes if c != env.task.cube)
+    again, info_other = env.reset(seed=5, options={"cube": other})
+    assert info_other["task"] == f"reach the {other} cube" != info["task"]
+    np.testing.assert_array_equal(again[image_key("front")], obs[image_key("front")])  # same scene and arm
+    np.testing.assert_array_equal(again[STATE], obs[STATE])
+    with pytest.raises(ValueError, match="cube='purple'"):
+        env.reset(seed=5, options={"cube": "purple"})
+    env.close()
+    with pytest.raises(ValueError, match="on reach"):
+        push_env.reset(seed=0, options={"cube": other})
