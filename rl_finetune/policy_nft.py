@@ -32,7 +32,8 @@ imagined frames and states are judged again under every other instruction of the
 episode that failed its own but achieved another is learnt a second time, relabelled with that
 instruction and r = 1 (its decisions up to the success), as hindsight experience replay relabels goals.
 This is possible because NFT needs no likelihood of the sampler that drew the chunk: the chunks were drawn
-under another instruction.
+under another instruction. With `weights="success"` only successes are learnt (r = 1) and failures are
+left at r = 1/2: with hindsight, goal-conditioned supervised learning in imagination.
 """
 
 from __future__ import annotations
@@ -67,12 +68,19 @@ class PolicyNFTConfig(ImaginedRLConfig, NFTConfig):
     # Also learn from episodes that failed their instruction but achieved another one, relabelled with it
     # (module docstring).
     hindsight: bool = False
+    # How an episode's return becomes r. "group": group-normalised (above). "success": r = 1 for a success,
+    # 1/2 (neither pulled nor pushed, only kept near the old policy) otherwise: learn the successes alone
+    # (rejection-sampling fine-tuning; with hindsight, goal-conditioned supervised learning). No group
+    # baseline: a start whose rollouts all succeed is still learnt.
+    weights: str = "group"
 
     @property
     def episodes_per_iteration(self) -> int:
         return self.starts_per_iteration * self.group_size
 
     def validate(self) -> None:
+        if self.weights not in ("group", "success"):
+            raise ValueError(f"nft.weights={self.weights!r}: expected 'group' or 'success'")
         if self.group_size < 2:
             raise ValueError(f"nft.group_size={self.group_size}: a group needs at least 2 rollouts")
         ImaginedRLConfig.validate(self)
@@ -103,7 +111,10 @@ class PolicyNFTTrainer(FlowPolicyTrainer):
             cfg,
             self.instructions if cfg.hindsight else None,
         )
-        r = optimality_probability(chunks.returns.view(-1, cfg.group_size), cfg.advantage_clip).flatten()
+        if cfg.weights == "success":
+            r = 0.5 + 0.5 * chunks.success
+        else:
+            r = optimality_probability(chunks.returns.view(-1, cfg.group_size), cfg.advantage_clip).flatten()
         data = flatten(chunks, [r] * len(chunks.chains))  # `advantages` holds r here
         if not cfg.hindsight:
             return data

@@ -129,3 +129,14 @@ def test_hindsight_adds_failed_episodes_relabelled_with_what_they_achieved():
         same = (base.chain == data.chain[i]).flatten(1).all(1).nonzero().flatten().tolist()
         assert same and all(base.task[j] != data.task[i] for j in same)
     assert "hindsight/relabelled" in with_hindsight.step(starts)
+
+
+def test_success_weights_learn_the_successes_and_leave_the_failures():
+    cfg = PolicyNFTConfig(**{**CFG.__dict__, "weights": "success"})
+    data = _trainer(cfg=cfg).collect(random_starts(2), seed=0)
+    assert 0 < data.success.mean() < 1
+    torch.testing.assert_close(
+        data.advantages[:8], 0.5 + 0.5 * data.success
+    )  # first decision of each episode
+    with pytest.raises(ValueError, match="nft.weights='best'"):
+        PolicyNFTConfig(weights="best").validate()
