@@ -28,8 +28,8 @@ judges from those two alone: the verdict no longer depends on how well the model
 on where the policy moved the arm. Measured on reach (README, benchmarks/results/
 imagination_eval_first_state_50ep_sweep.json): open-loop replays of other policies' sim episodes judged
 with balanced accuracy 0.72 (pixel heads 0.64); the policy zoo's largest imagined-vs-sim gap 18 points at
-the calibrated threshold (pixel heads 34). Keep `use_frame` where what is judged moves (push): the first
-frame cannot show where it went.
+the calibrated threshold (pixel heads 34), and with 150 episodes per policy Spearman 0.94, MMRV 0.011.
+Keep `use_frame` where what is judged moves (push): the first frame cannot show where it went.
 """
 
 from __future__ import annotations
