@@ -155,7 +155,8 @@ def evaluate_in_imagination(
 ) -> tuple[dict, list[list[np.ndarray]]]:
     """Imagine one episode per start (groups of `batch_envs`); returns the summary and recorded clips.
 
-    Group g is seeded `seed + g` (the world model's draws and the policy's); with `video_dir` the first `videos` clips are written there as mp4.
+    Group g is seeded `seed + g` (the world model's draws and the policy's); with `video_dir` the first
+    `videos` clips are written there as mp4.
     """
     n = starts.batch_size
     start_time = time.perf_counter()

@@ -124,6 +124,7 @@ class PolicyNFTTrainer(FlowPolicyTrainer):
         """The decisions of episodes that failed their own instruction but achieved another, up to that
         success, relabelled with it and r = 1 (one Rollouts per instruction that has any)."""
         own = chunks.observations[0][TASK]
+        b = len(own)
         failed = chunks.success == 0
         picked = torch.zeros_like(failed)
         out = []
@@ -134,7 +135,6 @@ class PolicyNFTTrainer(FlowPolicyTrainer):
             if not pick.any():
                 continue
             picked |= pick
-            b = len(own)
             relabelled = replace(
                 chunks,
                 observations=[{**o, TASK: [instruction] * b} for o in chunks.observations],

@@ -185,36 +185,35 @@ def test_reset_from_sim_frames():
     assert torch.isfinite(reward).all()
 
 
-def test_heads_read_the_integrated_state(monkeypatch):
-    wm = tiny_world_model(heads_use_state=True)
+def _spy_on_heads(monkeypatch, wm) -> list[dict]:
+    """The inputs of every call of `wm`'s outcome heads, recorded as they pass."""
     seen = []
     heads_forward = wm.heads.forward
 
-    def spy(tokens, task=None, state=None, first=None):
-        seen.append(state)
-        return heads_forward(tokens, task, state, first)
+    def spy(frames, task=None, state=None, first=None):
+        seen.append({"state": state, "first": first})
+        return heads_forward(frames, task, state, first)
 
     monkeypatch.setattr(wm.heads, "forward", spy)
+    return seen
+
+
+def test_heads_read_the_integrated_state(monkeypatch):
+    wm = tiny_world_model(heads_use_state=True)
+    seen = _spy_on_heads(monkeypatch, wm)
     env = WorldModelEnv(wm)
     env.reset(random_starts(2), seed=0)
     _, _, _, _, info = env.step(torch.rand(2, 3, 4))
     assert len(seen) == 3
-    for k, state in enumerate(seen):
-        torch.testing.assert_close(state, wm.normalize_state(info["state"][:, k]))
+    for k, call in enumerate(seen):
+        torch.testing.assert_close(call["state"], wm.normalize_state(info["state"][:, k]))
 
 
 def test_heads_read_the_reset_frame_at_every_step(monkeypatch):
     # Heads with use_first_frame judge every imagined frame against the real frame the episode started
     # from, also once the context holds only generated frames.
     wm = tiny_world_model(heads_use_state=True, heads_use_first_frame=True, context_frames=2)
-    seen = []
-    heads_forward = wm.heads.forward
-
-    def spy(frames, task=None, state=None, first=None):
-        seen.append(first)
-        return heads_forward(frames, task, state, first)
-
-    monkeypatch.setattr(wm.heads, "forward", spy)
+    seen = _spy_on_heads(monkeypatch, wm)
     starts = random_starts(2, context=2)
     env = WorldModelEnv(wm)
     env.reset(starts, seed=0)
@@ -222,8 +221,8 @@ def test_heads_read_the_reset_frame_at_every_step(monkeypatch):
         env.step(torch.rand(2, 3, 4))
     assert len(seen) == 6
     reset_frame = wm.frames_in(starts.frames["front"][:, 0].unsqueeze(1))
-    for first in seen:
-        torch.testing.assert_close(first, reset_frame)
+    for call in seen:
+        torch.testing.assert_close(call["first"], reset_frame)
 
 
 def test_success_prob_under_the_own_instruction_is_the_step_s_and_differs_under_another():

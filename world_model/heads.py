@@ -148,8 +148,13 @@ class OutcomeHeads(nn.Module):
             )
         lead = frames.shape[:-4]
         b, n = lead[0], lead.numel()
+
+        def per_frame(x: torch.Tensor) -> torch.Tensor:
+            """[B, F] features of an episode -> [N, F], one row per judged frame."""
+            return x.view(b, *[1] * (len(lead) - 1), -1).expand(*lead, -1).reshape(n, -1)
+
         t_b = self.task_features(task, b, frames.device)  # [B, C]
-        t = t_b.view(b, *[1] * (len(lead) - 1), -1).expand(*lead, -1).reshape(n, -1)
+        t = per_frame(t_b)
         shift = cfg.augment_shift
         dy, dx = torch.randint(-shift, shift + 1, (2,)).tolist() if self.training and shift > 0 else (0, 0)
 
@@ -168,7 +173,7 @@ class OutcomeHeads(nn.Module):
                     f"[{b}, {', '.join(map(str, frames.shape[-4:]))}], got {got}"
                 )
             anchor = self._where(shifted(first.reshape(b * v, *first.shape[-3:])), t_b).view(b, -1)
-            parts.append(anchor.view(b, *[1] * (len(lead) - 1), -1).expand(*lead, -1).reshape(n, -1))
+            parts.append(per_frame(anchor))
         parts.append(t)
         if self.state_embed is not None:
             if state is None or tuple(state.shape[:-1]) != tuple(lead):
