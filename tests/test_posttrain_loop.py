@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from test_posttrain_objective import tiny_world_model
 
 from common.checkpoint import load_tensors
 from common.config import ConfigError, parse_cli
-from rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining
+from rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining, warn_if_candidates_alike
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,3 +105,15 @@ def test_shipped_config_parses():
     cfg.world_model.path = cfg.world_model.path or "x"
     cfg.validate()
     assert cfg.stages == ["stability", "executability"]
+
+
+def test_a_model_trained_only_at_high_noise_is_flagged_for_stability_alone():
+    model = tiny_world_model()
+    model.cfg.noise_floor = 0.3
+    with pytest.warns(UserWarning, match="noise_floor"):
+        warn_if_candidates_alike(model, ["stability", "executability"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_candidates_alike(model, ["executability"])  # its reward does not compare candidates
+        model.cfg.noise_floor = 0.0
+        warn_if_candidates_alike(model, ["stability"])
