@@ -11,7 +11,9 @@ Each round r = 1..N, starting from the BC policy and the given world model:
 (b) grow the world model's data: a new LeRobotDataset holding the previous round's data and these episodes
     (`round_<r>/dataset`; the given dataset is never modified);
 (c) fine-tune the world model on the grown data for `loop.world_model_train.steps` steps from its current
-    weights (`world_model.trainer.open_dataset` + the shared training loop `common.training.run_training`);
+    weights (`world_model.trainer.open_dataset` + the shared training loop `common.training.run_training`),
+    or its outcome heads alone (`loop.heads_only`), then optionally calibrate its success threshold again
+    (`loop.calibrate_success`);
 (d) fine-tune the policy in imagination in the new world model (`policy_finetune.finetune`: GRPO or PPO,
     evaluated in imagination and in the sim before and after, with its divergence guard).
 
@@ -44,7 +46,7 @@ from rl_finetune.sim_steps import count_sim_steps
 from vla.factory import load_policy
 from vla.sim_recording import record_policy_episodes as record_sim_episodes
 from world_model.model import WorldModel
-from world_model.trainer import TrainWorldModelConfig, open_dataset
+from world_model.trainer import TrainWorldModelConfig, calibrate_exported, open_dataset
 
 
 def recorded_cameras(dataset_root: str) -> tuple[tuple[str, ...], int]:
@@ -78,8 +80,10 @@ def finetune_world_model(
     world_model: str, dataset_root: Path, loop: LoopConfig, out: Path, device: str
 ) -> tuple[Path, dict]:
     """(c): the world model at `world_model`, trained `loop.world_model_train.steps` more steps on the
-    training episodes of `dataset_root`; returns the new pretrained world model's directory and the
-    training loss averaged over the first and the last tenth of the steps."""
+    training episodes of `dataset_root` (its outcome heads alone with `loop.heads_only`), its success
+    threshold then calibrated again on the held-out episodes with `loop.calibrate_success`; returns the new
+    pretrained world model's directory, the training loss averaged over the first and the last tenth of
+    the steps, and the success threshold before and after."""
     model = WorldModel.from_pretrained(world_model, device).train()
     train_cfg = TrainWorldModelConfig(
         dataset=DatasetConfig(root=str(dataset_root), held_out_fraction=loop.held_out_fraction),
@@ -89,12 +93,15 @@ def finetune_world_model(
         output_dir=str(out),
     )
     dataset = open_dataset(train_cfg)
-    train_episodes, _ = dataset.split()
+    train_episodes, held_out = dataset.split()
     windows = WorldModelWindows(dataset, train_episodes, context=1, horizon=loop.window - 1)
+    if loop.heads_only:
+        model.requires_grad_(False)
+        model.heads.requires_grad_(True)
     losses: list[float] = []
 
     def loss_fn(m, batch):
-        loss, logs = m(batch)
+        loss, logs = m(batch, heads_only=loop.heads_only)
         losses.append(loss.item())
         return loss, logs
 
@@ -106,12 +113,17 @@ def finetune_world_model(
         output_dir=out,
         save_pretrained=lambda m, path: m.save_pretrained(path),
     )
+    threshold = model.cfg.heads.success_threshold
+    if loop.calibrate_success:
+        calibrate_exported(model, dataset, held_out, out)
     tenth = max(1, len(losses) // 10)
     return out / "pretrained_model", {
         "loss_first_tenth": float(np.mean(losses[:tenth])),
         "loss_last_tenth": float(np.mean(losses[-tenth:])),
         "train_episodes": len(train_episodes),
         "windows": len(windows),
+        "heads_only": loop.heads_only,
+        "success_threshold": [threshold, model.cfg.heads.success_threshold],
     }
 
 

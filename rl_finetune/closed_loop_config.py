@@ -31,6 +31,13 @@ class LoopConfig:
     window: int = 6  # frames per world-model training window (as train_world_model.py's `window`)
     held_out_fraction: float = 0.1  # episodes the world-model fine-tune never trains on
     world_model_train: TrainLoopConfig = field(default_factory=_world_model_train)
+    # Fine-tune the outcome heads alone on the grown data, the rest of the world model frozen. For heads
+    # that judge from the first frame and the joint state (heads.use_frame=false) the drawn frames do not
+    # matter: what the policy's own episodes teach them is its near misses, labelled by the sim.
+    heads_only: bool = False
+    # Then set the success threshold again from replays of the grown data's held-out episodes, the
+    # policy's own among them (world_model/success_calibration.py); false keeps the model's threshold.
+    calibrate_success: bool = False
     # The KL trust region of every round's policy fine-tune is to the original BC policy (true), or to
     # the policy the round starts from (false).
     kl_to_original_bc: bool = True

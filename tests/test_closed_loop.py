@@ -3,7 +3,9 @@ data, the world model is fine-tuned on the grown data, the policy again in imagi
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ from imagination_fixtures import IMAGE_SIZE, tiny_policy, tiny_world_model
 from common.training import TrainLoopConfig
 from data.actor_recording import grow_dataset, record_actor_episodes
 from data.recording import RecordingConfig, record_demos
-from rl_finetune.closed_loop import run_closed_loop
+from rl_finetune.closed_loop import finetune_world_model, run_closed_loop
 from rl_finetune.closed_loop_config import LoopConfig
 from rl_finetune.grpo import GRPOConfig
 from rl_finetune.policy_finetune import FinetuneEvalConfig, FinetunePolicyConfig, PolicyPath, StartsConfig
@@ -82,6 +84,17 @@ def test_two_round_loop_grows_the_data_and_changes_the_world_model(tmp_path):
     assert json.loads((out / "round_1" / "round.json").read_text())["round"] == 1
     assert len(json.loads((out / "closed_loop.json").read_text())["rounds"]) == 2
     assert (out / "closed_loop.png").stat().st_size > 0
+
+
+def test_heads_only_world_model_step_changes_the_heads_alone(tmp_path):
+    cfg = _config(tmp_path, rounds=1)
+    loop = dataclasses.replace(cfg.loop, heads_only=True)
+    path, logs = finetune_world_model(cfg.world_model, Path(loop.dataset_root), loop, tmp_path / "wm_ft", "cpu")
+    before = WorldModel.from_pretrained(cfg.world_model).state_dict()
+    after = WorldModel.from_pretrained(path).state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith("heads.") for k in changed)
+    assert logs["heads_only"] and logs["loss_first_tenth"] > 0
 
 
 def test_loop_config_errors_name_the_field(tmp_path):
