@@ -89,7 +89,9 @@ def test_two_round_loop_grows_the_data_and_changes_the_world_model(tmp_path):
 def test_heads_only_world_model_step_changes_the_heads_alone(tmp_path):
     cfg = _config(tmp_path, rounds=1)
     loop = dataclasses.replace(cfg.loop, heads_only=True)
-    path, logs = finetune_world_model(cfg.world_model, Path(loop.dataset_root), loop, tmp_path / "wm_ft", "cpu")
+    path, logs = finetune_world_model(
+        cfg.world_model, Path(loop.dataset_root), loop, tmp_path / "wm_ft", "cpu"
+    )
     before = WorldModel.from_pretrained(cfg.world_model).state_dict()
     after = WorldModel.from_pretrained(path).state_dict()
     changed = {k for k in before if not torch.equal(before[k], after[k])}
