@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from torch.utils.data import ConcatDataset, Dataset, Subset
 
 from common.checkpoint import save_json
 from common.training import run_training
@@ -76,14 +77,27 @@ def record_policy_episodes(
     return record_sim_episodes(policy, env_cfg, root, seeds, cfg.device)
 
 
+def oversampled(windows: WorldModelWindows, first_recorded: int, fraction: float) -> tuple[Dataset, int]:
+    """`windows` plus copies of those from episodes `first_recorded` on, so that about `fraction` of the
+    items come from those episodes; `windows` alone when fraction is 0 or none of them is there. Returns
+    the dataset and how many of `windows` are recorded ones."""
+    recorded = [i for i, (episode, _) in enumerate(windows.starts) if 0 <= first_recorded <= episode]
+    if fraction <= 0 or not recorded:
+        return windows, len(recorded)
+    others = len(windows) - len(recorded)
+    copies = max(0, round(fraction * others / (1 - fraction) / len(recorded)) - 1)
+    return ConcatDataset([windows, *[Subset(windows, recorded)] * copies]), len(recorded)
+
+
 def finetune_world_model(
-    world_model: str, dataset_root: Path, loop: LoopConfig, out: Path, device: str
+    world_model: str, dataset_root: Path, loop: LoopConfig, out: Path, device: str, first_recorded: int = -1
 ) -> tuple[Path, dict]:
     """(c): the world model at `world_model`, trained `loop.world_model_train.steps` more steps on the
     training episodes of `dataset_root` (its outcome heads alone with `loop.heads_only`), its success
     threshold then calibrated again on the held-out episodes with `loop.calibrate_success`; returns the new
     pretrained world model's directory, the training loss averaged over the first and the last tenth of
-    the steps, and the success threshold before and after."""
+    the steps, and the success threshold before and after. Episodes from index `first_recorded` on are the
+    loop's recordings, oversampled to `loop.recorded_fraction` of the windows."""
     model = WorldModel.from_pretrained(world_model, device).train()
     train_cfg = TrainWorldModelConfig(
         dataset=DatasetConfig(root=str(dataset_root), held_out_fraction=loop.held_out_fraction),
@@ -95,6 +109,7 @@ def finetune_world_model(
     dataset = open_dataset(train_cfg)
     train_episodes, held_out = dataset.split()
     windows = WorldModelWindows(dataset, train_episodes, context=1, horizon=loop.window - 1)
+    training_windows, recorded = oversampled(windows, first_recorded, loop.recorded_fraction)
     if loop.heads_only:
         model.requires_grad_(False)
         model.heads.requires_grad_(True)
@@ -107,7 +122,7 @@ def finetune_world_model(
 
     run_training(
         model,
-        windows,
+        training_windows,
         loss_fn=loss_fn,
         cfg=loop.world_model_train,
         output_dir=out,
@@ -122,6 +137,8 @@ def finetune_world_model(
         "loss_last_tenth": float(np.mean(losses[-tenth:])),
         "train_episodes": len(train_episodes),
         "windows": len(windows),
+        "recorded_windows": recorded,
+        "training_windows": len(training_windows),
         "heads_only": loop.heads_only,
         "success_threshold": [threshold, model.cfg.heads.success_threshold],
     }
@@ -174,7 +191,7 @@ def run_closed_loop(cfg: FinetunePolicyConfig) -> dict:
         t1 = time.perf_counter()
         with count_sim_steps() as wm_training:
             wm_path, wm_logs = finetune_world_model(
-                world_model, data_root, loop, rdir / "world_model", cfg.device
+                world_model, data_root, loop, rdir / "world_model", cfg.device, initial["dataset"]["episodes"]
             )
         world_model = str(wm_path)
         t2 = time.perf_counter()

@@ -31,6 +31,10 @@ class LoopConfig:
     window: int = 6  # frames per world-model training window (as train_world_model.py's `window`)
     held_out_fraction: float = 0.1  # episodes the world-model fine-tune never trains on
     world_model_train: TrainLoopConfig = field(default_factory=_world_model_train)
+    # Share of the world-model fine-tune's training windows drawn from the episodes the loop recorded (all
+    # rounds so far), by repeating them; 0 takes windows as they come, where a round's episodes are a few
+    # percent of a large dataset and barely move the model in a short fine-tune.
+    recorded_fraction: float = 0.0
     # Fine-tune the outcome heads alone on the grown data, the rest of the world model frozen. For heads
     # that judge from the first frame and the joint state (heads.use_frame=false) the drawn frames do not
     # matter: what the policy's own episodes teach them is its near misses, labelled by the sim.
@@ -48,5 +52,7 @@ class LoopConfig:
                 f"loop: need rounds >= 0, episodes >= 1, window >= 2; got {self.rounds}, {self.episodes}, "
                 f"{self.window}"
             )
+        if not 0.0 <= self.recorded_fraction < 1.0:
+            raise ValueError(f"loop.recorded_fraction={self.recorded_fraction}: expected a share in [0, 1)")
         if self.rounds and not self.dataset_root:
             raise ValueError("loop.rounds > 0 needs loop.dataset_root: the world model's training data")

@@ -14,7 +14,7 @@ from imagination_fixtures import IMAGE_SIZE, tiny_policy, tiny_world_model
 from common.training import TrainLoopConfig
 from data.actor_recording import grow_dataset, record_actor_episodes
 from data.recording import RecordingConfig, record_demos
-from rl_finetune.closed_loop import finetune_world_model, run_closed_loop
+from rl_finetune.closed_loop import finetune_world_model, oversampled, run_closed_loop
 from rl_finetune.closed_loop_config import LoopConfig
 from rl_finetune.grpo import GRPOConfig
 from rl_finetune.policy_finetune import FinetuneEvalConfig, FinetunePolicyConfig, PolicyPath, StartsConfig
@@ -99,9 +99,30 @@ def test_heads_only_world_model_step_changes_the_heads_alone(tmp_path):
     assert logs["heads_only"] and logs["loss_first_tenth"] > 0
 
 
+def test_recorded_windows_are_oversampled_to_their_share():
+    class Windows:
+        starts = [(episode, 10 * episode) for episode in range(10) for _ in range(3)]  # 3 windows each
+
+        def __len__(self):
+            return len(self.starts)
+
+        def __getitem__(self, i):
+            return self.starts[i]
+
+    windows = Windows()
+    assert oversampled(windows, 8, 0.0) == (windows, 6)
+    assert oversampled(windows, 10, 0.5) == (windows, 0)  # nothing recorded yet
+    data, recorded = oversampled(windows, 8, 0.5)  # 24 others: 6 recorded windows x 4
+    items = [data[i] for i in range(len(data))]
+    assert recorded == 6 and len(items) == 48
+    assert sum(episode >= 8 for episode, _ in items) == 24
+
+
 def test_loop_config_errors_name_the_field(tmp_path):
     with pytest.raises(ValueError, match="loop.dataset_root"):
         LoopConfig(rounds=1).validate()
+    with pytest.raises(ValueError, match="loop.recorded_fraction"):
+        LoopConfig(recorded_fraction=1.0).validate()
     cfg = _config(tmp_path, rounds=1)
     cfg.loop.seed = 99  # episodes 99, 100 overlap the evaluation seeds 100, 101
     with pytest.raises(ValueError, match="overlap the eval seeds"):
