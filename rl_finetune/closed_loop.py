@@ -120,7 +120,7 @@ def finetune_world_model(
         losses.append(loss.item())
         return loss, logs
 
-    run_training(
+    model = run_training(  # the EMA weights it saved
         model,
         training_windows,
         loss_fn=loss_fn,
