@@ -88,7 +88,7 @@ def test_two_round_loop_grows_the_data_and_changes_the_world_model(tmp_path):
 
 def test_heads_only_world_model_step_changes_the_heads_alone(tmp_path):
     cfg = _config(tmp_path, rounds=1)
-    loop = dataclasses.replace(cfg.loop, heads_only=True)
+    loop = dataclasses.replace(cfg.loop, heads_only=True, calibrate_success=True, held_out_fraction=0.5)
     path, logs = finetune_world_model(
         cfg.world_model, Path(loop.dataset_root), loop, tmp_path / "wm_ft", "cpu"
     )
@@ -97,6 +97,9 @@ def test_heads_only_world_model_step_changes_the_heads_alone(tmp_path):
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed and all(k.startswith("heads.") for k in changed)
     assert logs["heads_only"] and logs["loss_first_tenth"] > 0
+    # The threshold reported is the one saved (calibrated, or left as it was when the held-out episodes
+    # are all successes or all failures).
+    assert WorldModel.from_pretrained(path).cfg.heads.success_threshold == logs["success_threshold"][1]
 
 
 def test_recorded_windows_are_oversampled_to_their_share():
