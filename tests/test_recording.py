@@ -111,3 +111,41 @@ def test_record_demos_cli_with_the_tiny_config(tmp_path):
     meta = json.loads((root / RECORDING_META).read_text())
     assert meta["complete"] and meta["config"]["skill_range"] == [0.3, 1.0]
     assert 0.3 <= meta["episodes"][0]["skill"] <= 1.0
+
+
+def test_an_episode_succeeds_when_any_step_does():
+    """Without termination at success an episode can reach the goal and move on: it still succeeded."""
+
+    class Env:
+        def __init__(self):
+            self.t = 0
+
+        def reset(self, seed):
+            return {}, {}
+
+        def step(self, action):
+            self.t += 1
+            info = {"success": self.t == 2, "task": "reach the red cube"}
+            return {}, 0.0, False, self.t == 4, info
+
+    class Expert:
+        def reset(self, seed):
+            pass
+
+        def act(self):
+            return np.zeros(1, dtype=np.float32)
+
+    class Dataset:
+        meta = type("Meta", (), {"total_episodes": 1})()
+        frames: list = []
+
+        def add_frame(self, frame):
+            self.frames.append(frame)
+
+        def save_episode(self):
+            pass
+
+    dataset = Dataset()
+    episode = recording._record_episode(Env(), Expert(), dataset, seed=0)
+    assert episode["success"] is True and episode["length"] == 4
+    assert [bool(f[SUCCESS][0]) for f in dataset.frames] == [False, True, False, False]
