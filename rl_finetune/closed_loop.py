@@ -111,8 +111,7 @@ def finetune_world_model(
     windows = WorldModelWindows(dataset, train_episodes, context=1, horizon=loop.window - 1)
     training_windows, recorded = oversampled(windows, first_recorded, loop.recorded_fraction)
     if loop.heads_only:
-        model.requires_grad_(False)
-        model.heads.requires_grad_(True)
+        model.freeze_all_but_heads()
     losses: list[float] = []
 
     def loss_fn(m, batch):

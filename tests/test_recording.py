@@ -137,7 +137,9 @@ def test_an_episode_succeeds_when_any_step_does():
 
     class Dataset:
         meta = type("Meta", (), {"total_episodes": 1})()
-        frames: list = []
+
+        def __init__(self):
+            self.frames = []
 
         def add_frame(self, frame):
             self.frames.append(frame)

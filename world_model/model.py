@@ -257,6 +257,12 @@ class WorldModel(nn.Module):
         return frames, added
 
     # ---- training ------------------------------------------------------------------------------------
+    def freeze_all_but_heads(self) -> WorldModel:
+        """For heads-only training (`forward(..., heads_only=True)`): only the outcome heads get gradients."""
+        self.requires_grad_(False)
+        self.heads.requires_grad_(True)
+        return self
+
     def forward(self, batch: dict, heads_only: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
         """Training loss on a batch of `data.windows.WorldModelWindows` items (what the shared loop calls);
         `heads_only`: the outcome heads' loss alone (`heads_loss`)."""

@@ -151,8 +151,7 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
                 f"({', '.join(frozen_fresh[:4])}...): those parts would stay random"
             )
     if cfg.heads_only:
-        model.requires_grad_(False)
-        model.heads.requires_grad_(True)
+        model.freeze_all_but_heads()
     windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
     # Heads that do not read the judged frame (heads.use_frame=False) gain nothing from drawn ones.
     if cfg.heads_only and cfg.heads_on_rollouts and model.cfg.heads.use_frame:
