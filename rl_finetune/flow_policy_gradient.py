@@ -47,6 +47,10 @@ class ImaginedRLConfig:
     noise_level: float = 0.0  # sampler noise for exploration; 0 -> the policy's sde_noise_level
     success_reward: float = 1.0  # bonus when the success head first fires (at most once an episode)
     progress_reward: float = 0.5  # times the reward head's progress in [0, 1] gained (summed: final progress)
+    # False: only the action expert learns; the observation encoder (vision, language, state, fusion) keeps
+    # its BC weights. In imagination the policy sees drawn frames; an encoder fine-tuned on them can come
+    # to read drawn frames better than rendered ones (the gap the README's NFT diagnosis measured).
+    train_observation_encoder: bool = True
 
     @property
     def episodes_per_iteration(self) -> int:
@@ -233,6 +237,13 @@ class FlowPolicyTrainer:
         check_flow_policy(policy, self.algorithm)
         self.policy, self.env, self.cfg, self.seed = policy, env, cfg, seed
         self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        if not cfg.train_observation_encoder:
+            if not isinstance(getattr(policy, "observation_encoder", None), torch.nn.Module):
+                raise TypeError(
+                    f"{cfg.section}.train_observation_encoder=false: {type(policy).__name__} has no "
+                    "observation_encoder module to keep frozen"
+                )
+            policy.observation_encoder.requires_grad_(False)
         self.noise_level = cfg.noise_level or policy.config.sde_noise_level
         self.optimizer = torch.optim.AdamW(
             [p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
