@@ -144,7 +144,10 @@ def test_success_weights_learn_the_successes_and_leave_the_failures():
 
 def test_a_frozen_observation_encoder_keeps_its_weights_and_the_action_expert_learns():
     trainer = _trainer(cfg=PolicyNFTConfig(**{**CFG.__dict__, "train_observation_encoder": False}))
-    encoder, expert = flat_params(trainer.policy.observation_encoder), flat_params(trainer.policy.action_expert)
+    encoder, expert = (
+        flat_params(trainer.policy.observation_encoder),
+        flat_params(trainer.policy.action_expert),
+    )
     trainer.step(random_starts(2, seed=3))
     assert torch.equal(flat_params(trainer.policy.observation_encoder), encoder)
     assert (flat_params(trainer.policy.action_expert) - expert).abs().max() > 1e-5
