@@ -11,7 +11,12 @@ from world_model import success_calibration
 from world_model.dit import VideoDiTConfig
 from world_model.idm import InverseDynamicsConfig
 from world_model.model import WorldModel, WorldModelConfig
-from world_model.success_calibration import balanced_accuracy, calibrate_success_threshold, replay_max_success
+from world_model.success_calibration import (
+    balanced_accuracy,
+    bootstrap_picks,
+    calibrate_success_threshold,
+    replay_max_success,
+)
 
 
 def test_balanced_accuracy_weighs_both_outcomes_equally():
@@ -28,12 +33,30 @@ def test_threshold_is_the_best_candidate_and_ties_go_low(monkeypatch):
     report = calibrate_success_threshold(None, None, [0, 1, 2, 3], candidates=(0.5, 0.8, 0.915, 0.95))
     assert report["threshold"] == 0.915
     assert [r["balanced_accuracy"] for r in report["candidates"]] == [0.5, 0.75, 1.0, 0.75]
+    assert sum(report["bootstrap_picks"].values()) == pytest.approx(1.0)
     fake = (np.array([0.97, 0.6]), np.array([True, False]))
     monkeypatch.setattr(success_calibration, "replay_max_success", lambda *a, **k: fake)
     assert calibrate_success_threshold(None, None, [0, 1], candidates=(0.5, 0.7, 0.9))["threshold"] == 0.7
     monkeypatch.setattr(success_calibration, "replay_max_success", lambda *a, **k: (fake[0], fake[1] | True))
     with pytest.raises(ValueError, match="all successes"):
         calibrate_success_threshold(None, type("D", (), {"root": "data"})(), [0, 1])
+
+
+def test_bootstrap_picks_are_firm_for_a_clear_separation_and_split_for_a_flat_one():
+    rng = np.random.default_rng(0)
+    recorded = rng.random(200) < 0.5
+    # successes peak at 0.97, failures at 0.6: every resample picks the lowest separating candidate, 0.7
+    clear = np.where(recorded, 0.97, 0.6)
+    picks = bootstrap_picks(clear, recorded, (0.5, 0.7, 0.9), resamples=200)
+    assert picks == {"0.5": 0.0, "0.7": 1.0, "0.9": 0.0}
+    # two thresholds err on different episodes, equally often on the whole: the resamples split between them
+    flat = np.where(recorded, 0.97, 0.6)
+    flat[np.flatnonzero(recorded)[:10]] = 0.8  # successes that only 0.7 catches
+    flat[np.flatnonzero(~recorded)[:10]] = 0.85  # failures that only 0.9 rejects
+    picks = bootstrap_picks(flat, recorded, (0.7, 0.9), resamples=400)
+    assert sum(picks.values()) == pytest.approx(1.0)
+    assert 0.2 < picks["0.7"] < 0.8 and 0.2 < picks["0.9"] < 0.8
+    assert bootstrap_picks(flat, recorded, (0.7, 0.9), resamples=400) == picks  # seeded
 
 
 def test_replay_reads_every_episode_and_its_recorded_outcome(tiny_lerobot_dataset, tmp_path):

@@ -11,6 +11,10 @@ loop from its first frame under its recorded actions (`WorldModelEnv`, as in ima
 the episode at a success), and the candidate threshold whose episode verdicts (max probability over the
 episode above it) best agree with the recorded outcomes (any `next.success`) wins; agreement is balanced
 accuracy, so a dataset of mostly successes or mostly failures does not push it to either end.
+
+How firm the pick is: when balanced accuracy is nearly flat across the candidates, one or two replays decide
+between distant thresholds. The report therefore also gives the share of bootstrap resamples of the
+replayed episodes (same size, drawn with replacement) in which each candidate wins.
 """
 
 from __future__ import annotations
@@ -63,14 +67,40 @@ def replay_max_success(
     return np.array([found[e] for e in kept]), np.array([recorded[e] for e in kept])
 
 
+def bootstrap_picks(
+    max_prob: np.ndarray, recorded: np.ndarray, candidates: tuple[float, ...], resamples: int, seed: int = 0
+) -> dict[str, float]:
+    """Share of `resamples` bootstrap resamples of the episodes in which each candidate has the best balanced
+    accuracy (ties: the lowest); resamples that hold a single outcome are redrawn."""
+    rng = np.random.default_rng(seed)
+    predicted = max_prob[None, :] > np.asarray(candidates)[:, None]  # [candidates, episodes]
+    wins = np.zeros(len(candidates))
+    done = 0
+    while done < resamples:
+        idx = rng.integers(0, len(recorded), size=(resamples - done, len(recorded)))
+        actual = recorded[idx]  # [R, episodes]
+        positives, negatives = actual.sum(1), (~actual).sum(1)
+        keep = (positives > 0) & (negatives > 0)
+        idx, actual, positives, negatives = idx[keep], actual[keep], positives[keep], negatives[keep]
+        pred = predicted[:, idx]  # [candidates, R, episodes]
+        tpr = (pred & actual).sum(2) / positives
+        tnr = (~pred & ~actual).sum(2) / negatives
+        best = np.argmax((tpr + tnr) / 2, axis=0)  # argmax takes the first maximum: the lowest threshold
+        wins += np.bincount(best, minlength=len(candidates))
+        done += len(best)
+    return {f"{t:g}": float(w / resamples) for t, w in zip(candidates, wins)}
+
+
 def calibrate_success_threshold(
     model: WorldModel,
     dataset: EpisodeDataset,
     episodes: list[int],
     candidates: tuple[float, ...] = CANDIDATES,
+    resamples: int = 1000,
 ) -> dict:
-    """The candidate threshold with the best balanced accuracy on `episodes` (ties: the lowest), and the
-    table behind the choice. Needs both successful and failed episodes."""
+    """The candidate threshold with the best balanced accuracy on `episodes` (ties: the lowest), the table
+    behind the choice and the bootstrap share of each candidate's wins. Needs both successful and failed
+    episodes."""
     max_prob, recorded = replay_max_success(model, dataset, episodes)
     if recorded.all() or not recorded.any():
         raise ValueError(
@@ -91,4 +121,5 @@ def calibrate_success_threshold(
         "episodes": len(recorded),
         "recorded_success": float(recorded.mean()),
         "candidates": table,
+        "bootstrap_picks": bootstrap_picks(max_prob, recorded, candidates, resamples),
     }

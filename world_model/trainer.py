@@ -188,9 +188,11 @@ def calibrate_exported(
         print(f"success threshold left at {model.cfg.heads.success_threshold}: {e}")
         return
     model.cfg.heads.success_threshold = report["threshold"]
+    firmness = report["bootstrap_picks"][f"{report['threshold']:g}"]
     print(
         f"success threshold {report['threshold']} (balanced accuracy "
-        f"{max(r['balanced_accuracy'] for r in report['candidates']):.3f} on {report['episodes']} held-out replays)"
+        f"{max(r['balanced_accuracy'] for r in report['candidates']):.3f} on {report['episodes']} held-out "
+        f"replays; picked in {firmness:.0%} of bootstrap resamples)"
     )
     with atomic_directory(output_dir / "pretrained_model") as tmp:
         model.save_pretrained(tmp)
