@@ -222,7 +222,9 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     train_sim_steps = 0
     good = {k: v.clone() for k, v in policy.state_dict().items()}
     stopped = None
-    t0 = time.perf_counter()
+    # CPU time of this process (every thread): the budget figure, which other jobs on the cores do not inflate
+    # as they do the wall time. None when resumed from a checkpoint that did not record it.
+    t0, c0 = time.perf_counter(), time.process_time()
     if cfg.resume:
         state = resume_from(out, trainer)
         rng.bit_generator.state = state["rng"]
@@ -232,6 +234,7 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
             state["train_sim_steps"],
         )
         t0 -= state["seconds"]
+        c0 = c0 - state["cpu_seconds"] if "cpu_seconds" in state else None
         good = {k: v.clone() for k, v in policy.state_dict().items()}
 
     def run_eval(iteration: int) -> dict:
@@ -275,6 +278,8 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
                 "rng": rng.bit_generator.state, "history": history, "evaluations": evaluations,
                 "train_sim_steps": train_sim_steps, "seconds": time.perf_counter() - t0,
             }  # fmt: skip
+            if c0 is not None:
+                loop_state["cpu_seconds"] = time.process_time() - c0
             save_checkpoint(out, trainer, loop_state, cfg.keep_checkpoints)
     metrics.close()
     if train_sim_steps != 0:
@@ -291,6 +296,7 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         "algorithm": cfg.algorithm,
         "imagined_env_steps_per_iteration": cfg.episodes_per_iteration * cfg.env.horizon,
         "wall_seconds": time.perf_counter() - t0,
+        "cpu_seconds": None if c0 is None else time.process_time() - c0,
         "stopped": stopped,
         "before": evaluations[0],
         "after": evaluations[-1] if stopped is None else evaluations[-2],

@@ -132,6 +132,7 @@ def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_mode
     summary = finetune(cfg)
     assert summary["train_sim_steps"] == 0 and summary["eval_sim_steps"] > 0
     assert summary["iterations_run"] == 2 and len(summary["evaluations"]) == 2
+    assert 0 < summary["cpu_seconds"] and 0 < summary["wall_seconds"]
     assert (tmp_path / "ft" / "pretrained_model" / "model.safetensors").is_file()
     assert (tmp_path / "ft" / "learning_curve.png").is_file()
     assert len((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()) == 2
@@ -227,8 +228,9 @@ def test_finetune_resume_continues_exactly(tmp_path, saved_models, monkeypatch):
         )  # fmt: skip
 
     straight = finetune(config("straight", 3))
-    finetune(config("resumed", 2))
+    first = finetune(config("resumed", 2))
     resumed = finetune(config("resumed", 3, resume=True))
+    assert resumed["cpu_seconds"] > first["cpu_seconds"]  # the first run's CPU time is carried over
     assert straight["iterations_run"] == resumed["iterations_run"] == 3
     a = load_policy(tmp_path / "straight" / "pretrained_model").state_dict()
     b = load_policy(tmp_path / "resumed" / "pretrained_model").state_dict()
