@@ -67,27 +67,25 @@ def replay_max_success(
     return np.array([found[e] for e in kept]), np.array([recorded[e] for e in kept])
 
 
+def best_candidate(accuracies: list[float], candidates: tuple[float, ...]) -> int:
+    """Index of the candidate with the best balanced accuracy; ties go to the lowest threshold."""
+    return max(range(len(candidates)), key=lambda i: (accuracies[i], -candidates[i]))
+
+
 def bootstrap_picks(
     max_prob: np.ndarray, recorded: np.ndarray, candidates: tuple[float, ...], resamples: int, seed: int = 0
 ) -> dict[str, float]:
-    """Share of `resamples` bootstrap resamples of the episodes in which each candidate has the best balanced
-    accuracy (ties: the lowest); resamples that hold a single outcome are redrawn."""
+    """Share of `resamples` bootstrap resamples of the episodes in which each candidate is picked (as the
+    calibration picks); resamples that hold a single outcome are redrawn."""
     rng = np.random.default_rng(seed)
-    predicted = max_prob[None, :] > np.asarray(candidates)[:, None]  # [candidates, episodes]
     wins = np.zeros(len(candidates))
-    done = 0
-    while done < resamples:
-        idx = rng.integers(0, len(recorded), size=(resamples - done, len(recorded)))
-        actual = recorded[idx]  # [R, episodes]
-        positives, negatives = actual.sum(1), (~actual).sum(1)
-        keep = (positives > 0) & (negatives > 0)
-        idx, actual, positives, negatives = idx[keep], actual[keep], positives[keep], negatives[keep]
-        pred = predicted[:, idx]  # [candidates, R, episodes]
-        tpr = (pred & actual).sum(2) / positives
-        tnr = (~pred & ~actual).sum(2) / negatives
-        best = np.argmax((tpr + tnr) / 2, axis=0)  # argmax takes the first maximum: the lowest threshold
-        wins += np.bincount(best, minlength=len(candidates))
-        done += len(best)
+    while wins.sum() < resamples:
+        idx = rng.integers(0, len(recorded), size=len(recorded))
+        actual = recorded[idx]
+        if actual.all() or not actual.any():
+            continue
+        accuracies = [balanced_accuracy(max_prob[idx] > t, actual) for t in candidates]
+        wins[best_candidate(accuracies, candidates)] += 1
     return {f"{t:g}": float(w / resamples) for t, w in zip(candidates, wins)}
 
 
@@ -115,7 +113,7 @@ def calibrate_success_threshold(
         }
         for t in candidates
     ]
-    best = max(table, key=lambda row: (row["balanced_accuracy"], -row["threshold"]))
+    best = table[best_candidate([row["balanced_accuracy"] for row in table], candidates)]
     return {
         "threshold": best["threshold"],
         "episodes": len(recorded),
