@@ -6,7 +6,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= sim,dev,genesis,pusht
+EXTRAS ?= sim,dev,genesis,pusht,lpips
 APT_PACKAGES := libegl1 libgl1 libgles2 libosmesa6 libavutil57 libavcodec59 libavformat59 \
                 libavdevice59 libavfilter8 libswscale6 libswresample4 chromium
 export MUJOCO_GL ?= egl

@@ -33,10 +33,14 @@ from benchmarks._common import print_table, write_result  # noqa: E402
 from common.config import parse_cli  # noqa: E402
 from data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
 from data.windows import WorldModelWindows  # noqa: E402
-from rl_finetune.executability import executability_terms, jerk_rms  # noqa: E402
 from rl_finetune.rollout_stability import FidelityRewardConfig  # noqa: E402
-from rl_finetune.wm_posttrain_eval import held_out_rollouts  # noqa: E402
-from sim.embodiment import TABLETOP_ARM  # noqa: E402
+from rl_finetune.wm_posttrain import check_embodiment  # noqa: E402
+from rl_finetune.wm_posttrain_eval import (  # noqa: E402
+    executability_summary,
+    fidelity_summary,
+    held_out_rollouts,
+)
+from sim.embodiment import TABLETOP_ARM, EmbodimentSpec  # noqa: E402
 from world_model.model import WorldModel  # noqa: E402
 
 HORIZONS = (1, 10, 20, 30)
@@ -53,29 +57,64 @@ class WMPosttrainBenchmarkConfig:
     stride: int = 5  # frames between candidate start states inside an episode
     seed: int = 0
     batch_size: int = 8
-    fidelity: FidelityRewardConfig = field(default_factory=FidelityRewardConfig)
+    fidelity: FidelityRewardConfig = field(
+        default_factory=FidelityRewardConfig
+    )  # lpips_weight > 0 adds LPIPS
+    embodiment: str = TABLETOP_ARM.name  # the arm whose limits judge the decoded actions (sim/embodiment.py)
     name: str = "wm_posttrain"  # the result file: benchmarks/results/<name>.json
     candidates: int = 8  # rollouts of the before-model per start state for the spread figures; 0 skips
     candidate_sampler_steps: int = 0  # denoising steps per frame of those rollouts; 0 -> the model's own
 
 
-def _model_figures(result: dict[str, torch.Tensor]) -> dict[str, float]:
-    terms = executability_terms(result["decoded"], result["commanded"], TABLETOP_ARM)
-    figures = {
-        f"ssim@{h}": float(result["ssim"][:, h - 1].mean()) for h in HORIZONS if h <= result["ssim"].shape[1]
-    }
-    figures.update(
-        {
-            f"psnr@{h}": float(result["psnr"][:, h - 1].mean())
-            for h in HORIZONS
-            if h <= result["psnr"].shape[1]
-        }
-    )
-    figures["clip_score"] = float(result["score"].mean())
-    figures["jerk_rms"] = float(jerk_rms(result["decoded"], TABLETOP_ARM.fps).mean())
-    figures["violation_rate"] = float(terms["violation_rate"].mean())
-    figures["following_error"] = float(terms["following_error"].mean())
+def model_figures(result: dict[str, torch.Tensor], spec: EmbodimentSpec) -> dict[str, float]:
+    """One model's held-out figures: fidelity at HORIZONS, the clip score, and what its IDM decodes."""
+    fidelity = fidelity_summary(result, list(HORIZONS))
+    figures = {k: v for k, v in fidelity.items() if "@" in k}
+    figures["clip_score"] = fidelity["fidelity/score"]
+    executable = executability_summary(result, spec)
+    figures["jerk_rms"] = executable["exec/jerk_rms"]
+    figures["violation_rate"] = executable["exec/violation_rate"]
+    figures["following_error"] = executable["exec/following_error"]
     return figures
+
+
+def compare(results: dict[str, dict[str, torch.Tensor]], spec: EmbodimentSpec, horizon: int) -> dict:
+    """Before vs after on the same start states: per-model figures, the IDM on the real frames (the floor),
+    the relative changes, the paired win rate and issue 6's targets (met or not)."""
+    b, a = (model_figures(results[name], spec) for name in ("before", "after"))
+    clip_before, clip_after = results["before"]["score"].mean(1), results["after"]["score"].mean(1)
+    win_rate = float(((clip_after > clip_before).float() + 0.5 * (clip_after == clip_before).float()).mean())
+    real = results["before"]
+    on_real = executability_summary({**real, "decoded": real["decoded_real"]}, spec)
+    idm_floor = {
+        "jerk_rms": on_real["exec/jerk_rms"],
+        "violation_rate": on_real["exec/violation_rate"],
+        "following_error": on_real["exec/following_error"],
+        "commanded_jerk_rms": on_real["exec/commanded_jerk_rms"],
+    }
+    last_h = f"ssim@{max(h for h in HORIZONS if h <= horizon)}"
+    change = {
+        f"{last_h}_relative": _relative(a[last_h], b[last_h]),
+        "jerk_rms_relative": _relative(a["jerk_rms"], b["jerk_rms"]),
+        "violation_rate_relative": _relative(a["violation_rate"], b["violation_rate"]),
+        "following_error_relative": _relative(a["following_error"], b["following_error"]),
+        "ssim@1_delta": a["ssim@1"] - b["ssim@1"],
+        "paired_win_rate": win_rate,
+    }
+    targets = {
+        "horizon1_ssim_drop_at_most_0.005": change["ssim@1_delta"] >= -0.005,
+        f"{last_h}_up_5pct": change[f"{last_h}_relative"] >= 0.05,
+        "win_rate_at_least_75pct": win_rate >= 0.75,
+        "violation_rate_down_20pct": change["violation_rate_relative"] <= -0.20,
+        "jerk_down_20pct": change["jerk_rms_relative"] <= -0.20,
+    }
+    return {
+        "before": b,
+        "after": a,
+        "idm_on_real_frames": idm_floor,
+        "change": change,
+        "targets_met": targets,
+    }
 
 
 def candidate_spread(
@@ -110,15 +149,17 @@ def _relative(after: float, before: float) -> float:
     return (after - before) / abs(before) if before else float("nan")
 
 
-def main() -> None:
-    cfg = parse_cli(WMPosttrainBenchmarkConfig)
+def run_benchmark(cfg: WMPosttrainBenchmarkConfig) -> dict:
+    """Roll both models out from the same held-out start states, print the tables, return the figures."""
     before = WorldModel.from_pretrained(cfg.before)
     after = WorldModel.from_pretrained(cfg.after)
     if before.cfg.cameras != after.cfg.cameras or before.cfg.dit.image_size != after.cfg.dit.image_size:
         raise ValueError(f"{cfg.before} and {cfg.after} differ in cameras or image size: not comparable")
+    spec = check_embodiment(before, cfg.embodiment)
     context = cfg.context or before.cfg.dit.context_frames
     ds = cfg.dataset
     ds.cameras, ds.image_size = list(before.cfg.cameras), [before.cfg.dit.image_size] * 2
+    ds.action_dim = before.cfg.dit.action_dim
     dataset = EpisodeDataset(ds)
     _, held_out = dataset.split()
     windows = WorldModelWindows(dataset, held_out, context=context, horizon=cfg.horizon, stride=cfg.stride)
@@ -142,42 +183,9 @@ def main() -> None:
             decoder=before,
         )
         seconds[name] = time.perf_counter() - t0
-    per_model = {name: _model_figures(r) for name, r in results.items()}
-
-    clip_before, clip_after = results["before"]["score"].mean(1), results["after"]["score"].mean(1)
-    win_rate = float(((clip_after > clip_before).float() + 0.5 * (clip_after == clip_before).float()).mean())
-    real = results["before"]
-    idm_floor = {
-        "jerk_rms": float(jerk_rms(real["decoded_real"], TABLETOP_ARM.fps).mean()),
-        "violation_rate": float(
-            executability_terms(real["decoded_real"], real["commanded"], TABLETOP_ARM)[
-                "violation_rate"
-            ].mean()
-        ),
-        "following_error": float(
-            executability_terms(real["decoded_real"], real["commanded"], TABLETOP_ARM)[
-                "following_error"
-            ].mean()
-        ),
-        "commanded_jerk_rms": float(jerk_rms(real["commanded"], TABLETOP_ARM.fps).mean()),
-    }
-    b, a = per_model["before"], per_model["after"]
-    last_h = f"ssim@{max(h for h in HORIZONS if h <= cfg.horizon)}"
-    change = {
-        f"{last_h}_relative": _relative(a[last_h], b[last_h]),
-        "jerk_rms_relative": _relative(a["jerk_rms"], b["jerk_rms"]),
-        "violation_rate_relative": _relative(a["violation_rate"], b["violation_rate"]),
-        "following_error_relative": _relative(a["following_error"], b["following_error"]),
-        "ssim@1_delta": a["ssim@1"] - b["ssim@1"],
-        "paired_win_rate": win_rate,
-    }
-    targets = {
-        "horizon1_ssim_drop_at_most_0.005": change["ssim@1_delta"] >= -0.005,
-        f"{last_h}_up_5pct": change[f"{last_h}_relative"] >= 0.05,
-        "win_rate_at_least_75pct": win_rate >= 0.75,
-        "violation_rate_down_20pct": change["violation_rate_relative"] <= -0.20,
-        "jerk_down_20pct": change["jerk_rms_relative"] <= -0.20,
-    }
+    compared = compare(results, spec, cfg.horizon)
+    b, a, idm_floor = compared["before"], compared["after"], compared["idm_on_real_frames"]
+    change, targets = compared["change"], compared["targets_met"]
 
     rows = [{"metric": k, "before": b[k], "after": a[k], "idm_on_real": idm_floor.get(k)} for k in b]
     print_table(rows, title=f"world-model post-training, {len(indices)} held-out start states")
@@ -190,7 +198,7 @@ def main() -> None:
             [{"figure": k, "value": v} for k, v in spread.items()], title="candidates of the before-model"
         )
 
-    figures = {
+    return {
         "before_model": cfg.before,
         "after_model": cfg.after,
         "dataset": ds.root,
@@ -198,14 +206,16 @@ def main() -> None:
         "start_states": len(indices),
         "horizon": cfg.horizon,
         "context": context,
-        "before": b,
-        "after": a,
-        "idm_on_real_frames": idm_floor,
-        "change": change,
-        "targets_met": targets,
+        "embodiment": spec.name,
+        **compared,
         "rollout_seconds": seconds,
         "candidates": spread,
     }
+
+
+def main() -> None:
+    cfg = parse_cli(WMPosttrainBenchmarkConfig)
+    figures = run_benchmark(cfg)
     path = write_result(cfg.name, figures, command=" ".join(shlex.quote(x) for x in ["python", *sys.argv]))
     print(f"wrote {path}")
 

@@ -34,8 +34,8 @@ def held_out_rollouts(
     """Roll out from windows[i][:context] under the real actions for `horizon` frames.
 
     `windows` yields `frames` [T, V, 3, H, W] (uint8 or float) and `actions` [T, A] with T >= context +
-    horizon (data.windows.WorldModelWindows). Returns per rollout: `ssim`, `psnr`, `score` [N, horizon]
-    against the real frames, the IDM-decoded actions `decoded`, the IDM's reading of the real frames
+    horizon (data.windows.WorldModelWindows). Returns per rollout: `ssim`, `psnr`, `score` (and `lpips`
+    when `fidelity.lpips_weight > 0`) [N, horizon] against the real frames, the IDM-decoded actions `decoded`, the IDM's reading of the real frames
     `decoded_real` (its floor) and the `commanded` actions [N, horizon, A]. `decoder` is the model whose
     IDM decodes (default `model`): comparisons pass one decoder so every model is judged by the same IDM.
     `sampler_steps` overrides the model's denoising steps per frame.
@@ -43,9 +43,7 @@ def held_out_rollouts(
     decoder = decoder or model
     model.eval()
     dev = next(model.parameters()).device
-    out: dict[str, list[torch.Tensor]] = {
-        k: [] for k in ("ssim", "psnr", "score", "decoded", "decoded_real", "commanded")
-    }
+    out: dict[str, list[torch.Tensor]] = {k: [] for k in ("decoded", "decoded_real", "commanded")}
     batches = [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
     for b, chunk in enumerate(tqdm(batches, desc="rollouts", disable=not progress)):
         items = [windows[i] for i in chunk]
@@ -63,9 +61,8 @@ def held_out_rollouts(
         generated, _, _ = model.rollout(
             frames[:, :context], actions[:, : context - 1], commanded, steps=sampler_steps, generator=gen
         )
-        per_frame = frame_fidelity(generated, real, fidelity)
-        for k in ("ssim", "psnr", "score"):
-            out[k].append(per_frame[k].cpu())
+        for k, v in frame_fidelity(generated, real, fidelity).items():
+            out.setdefault(k, []).append(v.cpu())
         # The IDM reads the transition from the last context frame into the first generated one as well.
         last = frames[:, context - 1 : context]
         out["decoded"].append(decoder.infer_actions(torch.cat([last, generated], 1)).cpu())
@@ -84,10 +81,10 @@ def executability_summary(result: dict[str, torch.Tensor], spec: EmbodimentSpec)
 
 
 def fidelity_summary(result: dict[str, torch.Tensor], horizons: list[int]) -> dict[str, float]:
-    """SSIM / PSNR at the given 1-based horizons and the clip means."""
+    """SSIM / PSNR (/ LPIPS) at the given 1-based horizons and the clip means."""
     summary = {"fidelity/score": float(result["score"].mean()), "fidelity/ssim": float(result["ssim"].mean())}
+    metrics = [m for m in ("ssim", "psnr", "lpips") if m in result]
     for h in horizons:
         if h <= result["ssim"].shape[1]:
-            summary[f"ssim@{h}"] = float(result["ssim"][:, h - 1].mean())
-            summary[f"psnr@{h}"] = float(result["psnr"][:, h - 1].mean())
+            summary.update({f"{m}@{h}": float(result[m][:, h - 1].mean()) for m in metrics})
     return summary

@@ -82,6 +82,49 @@ def _smooth_trajectory(length: int = 12) -> torch.Tensor:
     return (centre + 0.3 * torch.sin(2 * math.pi * 0.3 * t + torch.arange(4))).unsqueeze(0)  # [1, L, 4]
 
 
+@pytest.fixture(scope="module")
+def squeezenet_weights(tmp_path_factory):
+    """A torchvision squeezenet1_1 state dict on disk (random weights: LPIPS's maths, not its calibration)."""
+    import torchvision
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("lpips") / "squeezenet1_1.pth"
+    torch.save(torchvision.models.squeezenet1_1(weights=None).state_dict(), path)
+    return path
+
+
+def test_lpips_joins_the_score_from_local_weights_only(squeezenet_weights):
+    cfg = FidelityRewardConfig(
+        ssim_window=7, lpips_weight=1.0, lpips_net="squeeze", lpips_backbone=str(squeezenet_weights)
+    )
+    cfg.validate()
+    real = _clip(0, shape=(2, 3, 3, 64, 64))
+    same = frame_fidelity(real.clone(), real, cfg)
+    assert torch.allclose(same["lpips"], torch.zeros(2, 3), atol=1e-6)
+    assert torch.allclose(same["score"], torch.ones(2, 3))
+    noisy = (real + 0.2 * torch.randn(real.shape, generator=torch.Generator().manual_seed(1))).clamp(0, 1)
+    with_lpips, without = frame_fidelity(noisy, real, cfg), frame_fidelity(noisy, real, FID)
+    assert (with_lpips["lpips"] > 0).all()
+    # The score is the weighted mean of the three terms; SSIM and PSNR are those of the LPIPS-free score.
+    p_norm = ((with_lpips["psnr"] - cfg.psnr_floor) / (cfg.psnr_ceiling - cfg.psnr_floor)).clamp(0, 1)
+    expected = (0.5 * without["ssim"] + 0.5 * p_norm + 1.0 * (1 - with_lpips["lpips"].clamp(0, 1))) / 2.0
+    assert torch.allclose(with_lpips["score"], expected, atol=1e-6)
+    assert torch.allclose(with_lpips["ssim"], without["ssim"])
+
+
+def test_lpips_without_local_weights_is_a_clear_error(tmp_path, squeezenet_weights):
+    missing = tmp_path / "nothing.pth"
+    with pytest.raises(FileNotFoundError, match="fidelity.lpips_backbone"):
+        FidelityRewardConfig(lpips_weight=0.5, lpips_backbone=str(missing)).validate()
+    with pytest.raises(ValueError, match="lpips_net"):
+        FidelityRewardConfig(lpips_weight=0.5, lpips_net="resnet").validate()
+    # Weights of another network than lpips_net are refused, naming the file.
+    wrong = FidelityRewardConfig(lpips_weight=0.5, lpips_net="alex", lpips_backbone=str(squeezenet_weights))
+    with pytest.raises(ValueError, match="not a torchvision alex state dict"):
+        frame_fidelity(_clip(0, (1, 1, 3, 64, 64)), _clip(1, (1, 1, 3, 64, 64)), wrong)
+    FidelityRewardConfig(lpips_weight=0.0, lpips_backbone=str(missing)).validate()  # off: never looked at
+
+
 def test_jerky_trajectory_scores_lower_than_smooth():
     smooth = _smooth_trajectory()
     jerky = smooth.clone()
