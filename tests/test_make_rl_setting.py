@@ -1,0 +1,73 @@
+"""benchmarks/make_rl_setting.py: every stage's command parses with its script's options, the snapshot pick,
+config errors, and resuming an interrupted training stage."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.make_rl_setting import RLSettingConfig, pick_snapshot, stages
+from common.config import ConfigError, parse_cli
+from data.recording import RecordingConfig
+from vla.bc_training import TrainPolicyConfig
+from world_model.trainer import TrainWorldModelConfig
+
+CONFIGS = {
+    "record_demos.py": RecordingConfig,
+    "train_world_model.py": TrainWorldModelConfig,
+    "train_policy.py": TrainPolicyConfig,
+}
+
+
+def test_every_stage_command_parses(tmp_path, monkeypatch):
+    from rl_finetune.quickstart import REPO
+
+    monkeypatch.chdir(REPO)  # the stages' config paths are relative to the repository
+    cfg = RLSettingConfig(root=str(tmp_path))
+    for stage in stages(cfg, tmp_path):
+        parsed = parse_cli(CONFIGS[stage.script], stage.args)
+        assert str(tmp_path) in str(stage.produced)
+        if stage.script == "train_policy.py":
+            assert parsed.train.checkpoint_every == cfg.snapshot_every
+            assert parsed.train.keep_checkpoints >= cfg.policy_steps // cfg.snapshot_every
+        if stage.name == "fit first-frame heads":
+            assert (
+                parsed.heads_only and parsed.model.heads.use_first_frame and not parsed.model.heads.use_frame
+            )
+            assert parsed.train.steps == cfg.heads_steps
+    # The world model's data keeps failures (not stopped at success); the demos do not share its seeds.
+    record_wm, record_demos = (s for s in stages(cfg, tmp_path) if s.script == "record_demos.py")
+    wm_cfg, demo_cfg = (parse_cli(RecordingConfig, s.args) for s in (record_wm, record_demos))
+    assert not wm_cfg.terminate_on_success and wm_cfg.skill_range == [0.0, 1.0]
+    assert demo_cfg.skill == 1.0 and demo_cfg.seed >= wm_cfg.seed + wm_cfg.episodes
+
+
+def test_an_interrupted_training_stage_resumes(tmp_path):
+    cfg = RLSettingConfig(root=str(tmp_path))
+    assert not any("--resume=true" in s.args for s in stages(cfg, tmp_path))
+    (tmp_path / "world_model" / "base" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "world_model" / "base" / "checkpoints" / "last").write_text("0000250")
+    resumed = [s.name for s in stages(cfg, tmp_path) if "--resume=true" in s.args]
+    assert resumed == ["train world model"]
+
+
+def test_pick_is_the_latest_snapshot_inside_the_band():
+    rows = [
+        {"step": 150, "success_rate": 0.15},
+        {"step": 200, "success_rate": 0.35},
+        {"step": 250, "success_rate": 0.55},
+        {"step": 300, "success_rate": 0.75},
+        {"step": 350, "success_rate": 0.58},  # back inside after a better one: still the latest inside
+    ]
+    assert pick_snapshot(rows, [0.2, 0.6])["step"] == 350
+    assert pick_snapshot(rows, [0.2, 0.5])["step"] == 200
+    with pytest.raises(SystemExit, match="no snapshot"):
+        pick_snapshot(rows, [0.8, 0.9])
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="success_band"):
+        RLSettingConfig(success_band=[0.6, 0.2]).validate()
+    with pytest.raises(ConfigError, match="snapshot_steps"):
+        RLSettingConfig(snapshot_steps=[160]).validate()
+    with pytest.raises(ConfigError, match="snapshot_steps"):
+        RLSettingConfig(snapshot_steps=[2025], policy_steps=2000).validate()
