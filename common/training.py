@@ -360,7 +360,11 @@ def run_training(
     if accelerator.is_main_process:
         with atomic_directory(output_dir / "pretrained_model") as tmp:
             save_pretrained(export_model(), tmp)
-    accelerator.end_training()
+    accelerator.wait_for_everyone()  # every rank returns once the export is on disk (a next stage loads it)
+    # Trackers end here, but not the process group (`end_training` would destroy it): post-training runs
+    # its second stage, and the closed loop its next round, in the same processes.
+    for tracker in accelerator.trackers:
+        tracker.finish()
     return export_model()
 
 

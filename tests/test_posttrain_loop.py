@@ -117,3 +117,23 @@ def test_a_model_trained_only_at_high_noise_is_flagged_for_stability_alone():
         warn_if_candidates_alike(model, ["executability"])  # its reward does not compare candidates
         model.cfg.noise_floor = 0.0
         warn_if_candidates_alike(model, ["stability"])
+
+
+@pytest.mark.slow
+def test_two_process_post_training(setup, tmp_path):
+    """Post-training through a 2-process launch (gloo on CPU): both stages finish and say so in their state."""
+    import os
+    import subprocess
+    import sys
+
+    root, base = setup
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += [str(REPO / "posttrain_world_model.py"), *_args(root, base, out, 2)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "ACCELERATE_USE_CPU": "1"}
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "pretrained_model" / "model.safetensors").is_file()
+    for stage in ("0_stability", "1_executability"):
+        state = (out / stage / "checkpoints" / "0000002" / "training_state" / "state.json").read_text()
+        assert '"world_size": 2' in state, state
