@@ -34,11 +34,20 @@ def test_every_stage_command_parses(tmp_path, monkeypatch):
                 parsed.heads_only and parsed.model.heads.use_first_frame and not parsed.model.heads.use_frame
             )
             assert parsed.train.steps == cfg.heads_steps
-    # The world model's data keeps failures (not stopped at success); the demos do not share its seeds.
-    record_wm, record_demos = (s for s in stages(cfg, tmp_path) if s.script == "record_demos.py")
-    wm_cfg, demo_cfg = (parse_cli(RecordingConfig, s.args) for s in (record_wm, record_demos))
-    assert not wm_cfg.terminate_on_success and wm_cfg.skill_range == [0.0, 1.0]
-    assert demo_cfg.skill == 1.0 and demo_cfg.seed >= wm_cfg.seed + wm_cfg.episodes
+    # Mixed-skill data keeps failures (not stopped at success); the three recordings share no seed.
+    recordings = {
+        s.name: parse_cli(RecordingConfig, s.args)
+        for s in stages(cfg, tmp_path)
+        if s.script == "record_demos.py"
+    }
+    wm_cfg, heads_cfg = recordings["record world-model data"], recordings["record heads data"]
+    for mixed in (wm_cfg, heads_cfg):
+        assert not mixed.terminate_on_success and mixed.skill_range == [0.0, 1.0]
+    assert recordings["record expert demos"].skill == 1.0
+    seeds = [range(r.seed, r.seed + r.episodes) for r in recordings.values()]
+    assert all(set(a).isdisjoint(b) for i, a in enumerate(seeds) for b in seeds[i + 1 :])
+    heads = next(s for s in stages(cfg, tmp_path) if s.name == "fit first-frame heads")
+    assert f"--dataset.root={heads_cfg.root}" in heads.args
 
 
 def test_an_interrupted_training_stage_resumes(tmp_path):
