@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._common import print_table, write_result  # noqa: E402
 from common.checkpoint import load_json, save_json  # noqa: E402
 from common.config import ConfigError, parse_cli  # noqa: E402
-from rl_finetune.quickstart import REPO, Stage, run_stage  # noqa: E402
+from rl_finetune.quickstart import REPO, Stage, run_stages  # noqa: E402
 
 
 @dataclass
@@ -218,12 +218,9 @@ def main() -> None:
     cfg = parse_cli(RLSettingConfig)
     cfg.validate()
     root = Path(cfg.root) if Path(cfg.root).is_absolute() else REPO / cfg.root
-    records = []
-    for stage in stages(cfg, root):
-        record = run_stage(stage, cfg.force, root / "logs")
-        records.append(record)
-        if record.status == "failed":
-            raise SystemExit(f"{stage.name} failed; log: {record.produced}")
+    records = run_stages(stages(cfg, root), cfg.force, root)
+    if records[-1].status == "failed":
+        raise SystemExit(f"{records[-1].name} failed; log: {records[-1].produced}")
     t0 = time.perf_counter()
     rows = evaluate_snapshots(cfg, root / "bc", root / "bc" / "snapshot_sim_success.json")
     print_table(

@@ -322,6 +322,27 @@ def run_stage(stage: Stage, force: bool, log_dir: Path) -> StageRecord:
     return StageRecord(stage.name, "ran", seconds, str(stage.produced), stage.metrics())
 
 
+def run_stages(stages: list[Stage], force: bool, run_dir: Path) -> list[StageRecord]:
+    """Run the stages in order (logs under run_dir/logs), stopping at the first failure; the records go to
+    run_dir/stages.json. A skipped stage keeps the time it took when it ran, so a resumed run's record
+    stays complete."""
+    earlier = {
+        r["name"]: r
+        for r in _read_json_list(run_dir / "stages.json")
+        if r.get("status") in ("ran", "done earlier")
+    }
+    records = []
+    for stage in stages:
+        record = run_stage(stage, force, run_dir / "logs")
+        if record.status == "skipped" and stage.name in earlier:
+            record.status, record.seconds = "done earlier", earlier[stage.name]["seconds"]
+        records.append(record)
+        if record.status == "failed":
+            break
+    save_json([vars(r) for r in records], run_dir / "stages.json")
+    return records
+
+
 def _mp4_to_gif(src: Path, dst: Path, max_frames: int = 60) -> Path:
     import imageio.v3 as iio
 
@@ -362,22 +383,8 @@ def run_quickstart(cfg: QuickstartConfig) -> Path:
     env_defaults = {"MUJOCO_GL": "egl", "HF_HUB_OFFLINE": "1"}
     for k, v in env_defaults.items():
         os.environ.setdefault(k, v)
-    # A skipped stage keeps the time it took when it ran, so the report of a resumed loop stays complete.
-    earlier = {
-        r["name"]: r
-        for r in _read_json_list(run_dir / "stages.json")
-        if r.get("status") in ("ran", "done earlier")
-    }
-    records = []
-    for stage in stages_for(cfg, run_dir):
-        record = run_stage(stage, cfg.force, run_dir / "logs")
-        if record.status == "skipped" and stage.name in earlier:
-            record.status, record.seconds = "done earlier", earlier[stage.name]["seconds"]
-        records.append(record)
-        if record.status == "failed":
-            break
+    records = run_stages(stages_for(cfg, run_dir), cfg.force, run_dir)
     total = sum(r.seconds for r in records)
-    save_json([vars(r) for r in records], run_dir / "stages.json")
     figures, videos = collect_media(run_dir)
     report = write_report(
         run_dir / "report.html",
