@@ -108,7 +108,8 @@ def _lpips_model(net: str, backbone: str) -> torch.nn.Module:
     state = torch.load(backbone, map_location="cpu", weights_only=True)
     # lpips keeps torchvision's layer indices inside its slices: features.<i>.<p> -> slice<n>.<i>.<p>.
     ours = {key.split(".", 1)[1]: key for key in model.net.state_dict()}
-    mapped = {ours[k[len("features.") :]]: v for k, v in state.items() if k[len("features.") :] in ours}
+    features = {k.removeprefix("features."): v for k, v in state.items() if k.startswith("features.")}
+    mapped = {ours[k]: v for k, v in features.items() if k in ours}
     missing = sorted(set(ours.values()) - set(mapped))
     if missing:
         raise ValueError(f"{backbone} is not a torchvision {net} state dict: no weights for {missing[:3]}")
