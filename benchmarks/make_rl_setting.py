@@ -52,7 +52,7 @@ class RLSettingConfig:
     policy_steps: int = 2000  # the tiny FlowVLA recipe (its learning-rate schedule); snapshots are early
     snapshot_every: int = 25
     # The whole run: where BC starts to read the instruction differs from run to run (this one sat near
-    # chance, 29-40%, from step 150 to 800, then rose to 51% at 850 and 85% at 1000).
+    # chance, 23-45%, from step 150 to 800, then rose to 51% at 850 and 85% at 1000).
     snapshot_steps: list[int] = field(default_factory=lambda: list(range(150, 2001, 50)))
     snapshot_eval_episodes: int = 100
     snapshot_eval_seed: int = 150_000
