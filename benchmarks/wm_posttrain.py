@@ -57,9 +57,8 @@ class WMPosttrainBenchmarkConfig:
     stride: int = 5  # frames between candidate start states inside an episode
     seed: int = 0
     batch_size: int = 8
-    fidelity: FidelityRewardConfig = field(
-        default_factory=FidelityRewardConfig
-    )  # lpips_weight > 0 adds LPIPS
+    # The clip score of the win rate; --fidelity.lpips_weight > 0 adds LPIPS (local weights only).
+    fidelity: FidelityRewardConfig = field(default_factory=FidelityRewardConfig)
     embodiment: str = TABLETOP_ARM.name  # the arm whose limits judge the decoded actions (sim/embodiment.py)
     name: str = "wm_posttrain"  # the result file: benchmarks/results/<name>.json
     candidates: int = 8  # rollouts of the before-model per start state for the spread figures; 0 skips

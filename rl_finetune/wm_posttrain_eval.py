@@ -35,8 +35,9 @@ def held_out_rollouts(
 
     `windows` yields `frames` [T, V, 3, H, W] (uint8 or float) and `actions` [T, A] with T >= context +
     horizon (data.windows.WorldModelWindows). Returns per rollout: `ssim`, `psnr`, `score` (and `lpips`
-    when `fidelity.lpips_weight > 0`) [N, horizon] against the real frames, the IDM-decoded actions `decoded`, the IDM's reading of the real frames
-    `decoded_real` (its floor) and the `commanded` actions [N, horizon, A]. `decoder` is the model whose
+    when `fidelity.lpips_weight > 0`) [N, horizon] against the real frames, the IDM-decoded actions
+    `decoded`, the IDM's reading of the real frames `decoded_real` (its floor) and the `commanded` actions
+    [N, horizon, A]. `decoder` is the model whose
     IDM decodes (default `model`): comparisons pass one decoder so every model is judged by the same IDM.
     `sampler_steps` overrides the model's denoising steps per frame.
     """
