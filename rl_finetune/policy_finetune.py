@@ -88,6 +88,9 @@ class FinetunePolicyConfig:
     embodiment: str = TABLETOP_ARM.name
     output_dir: str = "outputs/finetune/tiny"
     iterations: int = 30
+    # Stop, with an evaluation, before this process has used this many CPU-minutes (every thread, across
+    # resumes): when one more iteration and the closing evaluation would not fit. 0: no budget.
+    cpu_budget_minutes: float = 0.0
     seed: int = 0
     device: str = "cpu"
     resume: bool = (
@@ -125,6 +128,8 @@ class FinetunePolicyConfig:
             raise ValueError("starts.source=dataset needs starts.dataset_root")
         if self.iterations < 1 or self.eval.every < 1 or self.eval.episodes < 1:
             raise ValueError("iterations, eval.every and eval.episodes must be >= 1")
+        if self.cpu_budget_minutes < 0:
+            raise ValueError(f"cpu_budget_minutes={self.cpu_budget_minutes}; expected >= 0 (0: no budget)")
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm={self.algorithm!r}; expected one of {sorted(ALGORITHMS)}")
         self.env.validate()
@@ -221,7 +226,7 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     history, evaluations = [], []
     train_sim_steps = 0
     good = {k: v.clone() for k, v in policy.state_dict().items()}
-    stopped = None
+    stopped, rolled_back = None, False
     # CPU time of this process (every thread): the budget figure, which other jobs on the cores do not inflate
     # as they do the wall time. None when resumed from a checkpoint that did not record it.
     t0, c0 = time.perf_counter(), time.process_time()
@@ -237,8 +242,12 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         c0 = c0 - state["cpu_seconds"] if "cpu_seconds" in state else None
         good = {k: v.clone() for k, v in policy.state_dict().items()}
 
+    cost = {"eval": 0.0, "iteration": 0.0}  # CPU seconds of the last evaluation and the last iteration
+
     def run_eval(iteration: int) -> dict:
+        c = time.process_time()
         ev = {"iteration": iteration, **evaluate(policy, env, held_out, cfg.eval, cfg.device)}
+        cost["eval"] = time.process_time() - c
         evaluations.append(ev)
         tqdm.write(
             f"iter {iteration}: imagined success {ev['imagined_success']:.2f}, sim success "
@@ -254,18 +263,26 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     starts_per_iteration = cfg.algorithm_config.starts_per_iteration
     for it in tqdm(range(trainer.iteration + 1, cfg.iterations + 1), desc=desc):
         index = rng.choice(pool.batch_size, size=starts_per_iteration, replace=False).tolist()
+        c = time.process_time()
         with count_sim_steps() as counter:
             logs = trainer.step(pool.select(index))
+        cost["iteration"] = time.process_time() - c
         train_sim_steps += counter.steps
         logs = {"iteration": it, "seconds": time.perf_counter() - t0, **logs}
         history.append(logs)
         metrics.write(json.dumps(logs) + "\n")
         metrics.flush()
-        if it % cfg.eval.every == 0 or it == cfg.iterations:
+        # Spent when another iteration and the closing evaluation would not fit in what is left of it.
+        spent = cfg.cpu_budget_minutes > 0 and c0 is not None
+        spent = spent and (
+            time.process_time() - c0 + cost["iteration"] + cost["eval"] > cfg.cpu_budget_minutes * 60
+        )
+        if it % cfg.eval.every == 0 or it == cfg.iterations or spent:
             ev = run_eval(it)
             drift = ev["gap"] - evaluations[0]["gap"]
             if abs(drift) > cfg.eval.max_gap:
                 policy.load_state_dict(good)
+                rolled_back = True
                 stopped = (
                     f"iteration {it}: imagined - sim success moved by {drift:+.2f} since BC "
                     f"(> max_gap {cfg.eval.max_gap}); "
@@ -281,6 +298,10 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
             if c0 is not None:
                 loop_state["cpu_seconds"] = time.process_time() - c0
             save_checkpoint(out, trainer, loop_state, cfg.keep_checkpoints)
+            if spent:
+                stopped = f"iteration {it}: CPU budget of {cfg.cpu_budget_minutes:g} minutes spent"
+                tqdm.write(stopped)
+                break
     metrics.close()
     if train_sim_steps != 0:
         raise RuntimeError(
@@ -299,7 +320,7 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         "cpu_seconds": None if c0 is None else time.process_time() - c0,
         "stopped": stopped,
         "before": evaluations[0],
-        "after": evaluations[-1] if stopped is None else evaluations[-2],
+        "after": evaluations[-2] if rolled_back else evaluations[-1],
         "evaluations": evaluations,
         "config": asdict(cfg),
     }

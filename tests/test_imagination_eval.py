@@ -236,3 +236,45 @@ def test_finetune_resume_continues_exactly(tmp_path, saved_models, monkeypatch):
     b = load_policy(tmp_path / "resumed" / "pretrained_model").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir()) == ["000002", "000003"]
+
+
+@pytest.mark.slow  # four GRPO iterations: ~6 s on the shared machine
+def test_finetune_stops_with_an_evaluation_inside_its_cpu_budget(tmp_path, saved_models, monkeypatch):
+    from rl_finetune import policy_finetune
+
+    # A CPU clock that only evaluations and iterations move, 10 s each.
+    clock = {"now": 0.0}
+
+    def costs_10s(work):
+        def timed(*args):
+            clock["now"] += 10
+            return work(*args)
+
+        return timed
+
+    def trainer_costing_10s(*args):
+        trainer = make_trainer(*args)
+        trainer.step = costs_10s(trainer.step)
+        return trainer
+
+    make_trainer = policy_finetune.make_trainer
+    monkeypatch.setattr(policy_finetune, "make_trainer", trainer_costing_10s)
+    monkeypatch.setattr(policy_finetune, "evaluate", costs_10s(_no_drift))
+    monkeypatch.setattr(policy_finetune.time, "process_time", lambda: clock["now"])
+    wm, policies = saved_models
+    cfg = FinetunePolicyConfig(
+        policy=PolicyPath(policies[0]), world_model=wm, output_dir=str(tmp_path / "ft"), iterations=50,
+        cpu_budget_minutes=1.0, env=WorldModelEnvConfig(horizon=4),
+        grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
+        starts=StartsConfig(count=3, seed=0),
+        eval=FinetuneEvalConfig(every=100, episodes=2, seed=100, batch_envs=2, sim=SIM),
+    )  # fmt: skip
+    summary = finetune(cfg)
+    # BC evaluation (10 s) + 4 iterations (40 s) + the closing evaluation (10 s) = the 60 s budget; a fifth
+    # iteration would not have left room for the evaluation.
+    assert summary["iterations_run"] == 4 and "CPU budget" in summary["stopped"]
+    assert summary["cpu_seconds"] == 60
+    # stopped by the budget, not rolled back: the closing evaluation is the result
+    assert summary["after"] == summary["evaluations"][-1] and summary["after"]["iteration"] == 4
+    with pytest.raises(ValueError, match="cpu_budget_minutes"):
+        FinetunePolicyConfig(policy=PolicyPath(policies[0]), world_model=wm, cpu_budget_minutes=-1).validate()
