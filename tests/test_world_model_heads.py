@@ -138,3 +138,45 @@ def test_first_frame_is_one_per_episode_and_required():
         heads(frames, None, state, first[:, :1])
     with pytest.raises(ValueError, match="use_frame=False needs heads.use_first_frame"):
         OutcomeHeads(OutcomeHeadsConfig(use_frame=False, use_state=False))
+
+
+def test_fingertip_is_the_arms_forward_kinematics():
+    import numpy as np
+
+    from sim.kinematics import arm_kinematics
+    from world_model.heads import fingertip
+
+    kinematics = arm_kinematics("worldloop_arm4")
+    q = torch.rand(2, 3, 4) - 0.5
+    tips = fingertip("worldloop_arm4", q)
+    assert tips.shape == (2, 3, 3) and tips.dtype == torch.float32
+    for i, j in ((0, 0), (1, 2)):
+        np.testing.assert_allclose(tips[i, j].numpy(), kinematics.forward(q[i, j].numpy()), atol=1e-6)
+        # the tip is where the arm's inverse kinematics would put these joints back
+        back = kinematics.inverse(tips[i, j].double().numpy())
+        assert back is None or np.allclose(kinematics.forward(back), tips[i, j].numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="4 joint positions"):
+        fingertip("worldloop_arm4", torch.zeros(2, 6))
+
+
+def test_heads_read_the_fingertip_from_the_world_model():
+    from world_model.model import WorldModel, WorldModelConfig
+
+    cfg = WorldModelConfig()
+    cfg.heads.tip_of = "worldloop_arm4"
+    cfg.heads.channels = 8
+    model = WorldModel(cfg).eval()
+    b, s = 2, cfg.idm.state_dim
+    frames = torch.rand(b, 3, cfg.dit.num_views, 3, cfg.dit.image_size, cfg.dit.image_size) * 2 - 1
+    state = torch.zeros(b, 3, s)
+    moved = state.clone()
+    moved[..., 1] = 0.5  # the shoulder pitches: the tip moves, so the verdict must change
+    same = model.outcomes(frames, None, state)["success_logit"]
+    assert same.shape == (b, 3)
+    assert not torch.allclose(model.outcomes(frames, None, moved)["success_logit"], same)
+    with pytest.raises(ValueError, match="fingertip"):
+        model.heads(frames, None, model.normalize_state(state), None, torch.zeros(b, 3, 2))
+    with pytest.raises(ValueError, match="not a known arm"):
+        OutcomeHeadsConfig(tip_of="a_crane").validate()
+    with pytest.raises(ValueError, match="needs heads.use_state"):
+        OutcomeHeadsConfig(tip_of="worldloop_arm4", use_state=False).validate()
