@@ -7,15 +7,14 @@ spent on keeping the finger as close to vertical as the joint limits allow.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import mujoco
 import numpy as np
 
-from sim.embodiment import EmbodimentSpec, embodiment_by_name
-from sim.scene import TIP_SITE, build_model
+from sim.embodiment import EmbodimentSpec
+from sim.scene import TIP_SITE
 
 # Finger pitches tried in order: vertical first, then tilted further and further either way.
 _TOOL_ANGLES = tuple(math.pi + s * k * 0.1 for k in range(10) for s in ((1,) if k == 0 else (-1, 1)))
@@ -51,23 +50,17 @@ class ArmKinematics:
         )
 
     def forward(self, q: np.ndarray) -> np.ndarray:
-        """Tip position (x, y, z) in the world frame for joint positions q [..., 4] (any leading shape)."""
-        q = np.asarray(q, dtype=np.float64)
-        if q.shape[-1] != 4:
-            raise ValueError(
-                f"ArmKinematics.forward: expected 4 joint positions per row, got shape {q.shape}"
-            )
-        yaw, a1 = q[..., 0], q[..., 1]
-        a2 = a1 + q[..., 2]
-        a3 = a2 + q[..., 3]
-        r = self.upper_arm * np.sin(a1) + self.forearm * np.sin(a2) + self.finger * np.sin(a3)
+        """Tip position (x, y, z) in the world frame for joint positions q."""
+        yaw, a1 = q[0], q[1]
+        a2, a3 = a1 + q[2], a1 + q[2] + q[3]
+        r = self.upper_arm * math.sin(a1) + self.forearm * math.sin(a2) + self.finger * math.sin(a3)
         z = (
             self.shoulder_height
-            + self.upper_arm * np.cos(a1)
-            + self.forearm * np.cos(a2)
-            + self.finger * np.cos(a3)
+            + self.upper_arm * math.cos(a1)
+            + self.forearm * math.cos(a2)
+            + self.finger * math.cos(a3)
         )
-        return np.stack([r * np.cos(yaw), r * np.sin(yaw), z], -1)
+        return np.array([r * math.cos(yaw), r * math.sin(yaw), z])
 
     def inverse(self, tip: np.ndarray) -> np.ndarray | None:
         """Joint positions within limits that put the tip at `tip` (finger as vertical as possible).
@@ -90,10 +83,3 @@ class ArmKinematics:
             if np.all(q >= self.lower) and np.all(q <= self.upper):
                 return q
         return None
-
-
-@functools.cache
-def arm_kinematics(name: str) -> ArmKinematics:
-    """The kinematics of a registered arm (sim/embodiment.py), read from its compiled MJCF once."""
-    spec = embodiment_by_name(name)
-    return ArmKinematics.from_model(build_model(spec), spec)

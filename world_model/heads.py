@@ -40,8 +40,6 @@ import torch
 from torch import nn
 
 from common.text import hashed_batch
-from sim.embodiment import embodiment_by_name
-from sim.kinematics import arm_kinematics
 
 
 @dataclass
@@ -64,11 +62,6 @@ class OutcomeHeadsConfig:
     # Read the frame being judged. False (with use_first_frame and use_state) judges from the first frame
     # and the joint state alone: for tasks whose objects stay put until reached.
     use_frame: bool = True
-    # An arm (a name in sim/embodiment.py) whose forward kinematics turn the joint state into the fingertip's
-    # position (x, y, z in metres), which the heads then read as well. Reach success is "the fingertip within
-    # 5 cm of the named cube": from the joint angles alone a small MLP must learn the arm's kinematics too,
-    # and the first-frame heads it gave were blurred by centimetres (module docstring).
-    tip_of: str = ""
 
     def validate(self) -> None:
         if self.channels < 1:
@@ -79,12 +72,6 @@ class OutcomeHeadsConfig:
             raise ValueError(f"heads.augment_shift={self.augment_shift} must be >= 0")
         if not 0 < self.success_threshold < 1:
             raise ValueError(f"heads.success_threshold={self.success_threshold} must lie in (0, 1)")
-        if self.tip_of:
-            embodiment_by_name(self.tip_of)  # an unknown arm fails here, naming the known ones
-        if self.tip_of and not self.use_state:
-            raise ValueError(
-                f"heads.tip_of={self.tip_of!r} needs heads.use_state=True: the tip comes from it"
-            )
         if not (self.use_frame or self.use_first_frame):
             raise ValueError(
                 "heads.use_frame=False needs heads.use_first_frame=True: the heads must see a frame"
@@ -112,10 +99,9 @@ class OutcomeHeads(nn.Module):
         self.task_embed = nn.EmbeddingBag(cfg.task_buckets + 1, c, mode="mean", padding_idx=0)
         self.film = nn.Linear(c, 2 * c)
         self.state_embed = nn.Sequential(nn.Linear(state_dim, c), nn.SiLU()) if cfg.use_state else None
-        self.tip_embed = nn.Sequential(nn.Linear(3, c), nn.SiLU()) if cfg.tip_of else None
         per_view = c + 2  # pooled features and the soft-argmax location
         images = int(cfg.use_frame) + int(cfg.use_first_frame)
-        width = images * num_views * per_view + c + (c if cfg.use_state else 0) + (c if cfg.tip_of else 0)
+        width = images * num_views * per_view + c + (c if cfg.use_state else 0)
         self.mix = nn.Sequential(nn.Linear(width, c), nn.SiLU(), nn.Dropout(cfg.dropout))
         self.out = nn.Linear(c, 3)  # reward (normalised), success logit, done logit
 
@@ -151,12 +137,10 @@ class OutcomeHeads(nn.Module):
         task: list[str] | None = None,
         state: torch.Tensor | None = None,
         first: torch.Tensor | None = None,
-        tip: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """frames [B, ..., V, 3, H, W] in [-1, 1], task: B instructions, state [B, ..., S] (normalised joint
         positions, read with `use_state`), first [B, V, 3, H, W] in [-1, 1] (the episode's first frame, read
-        with `use_first_frame`), tip [B, ..., 3] (the fingertip in metres, read with `tip_of`; `fingertip`
-        computes it) -> reward, success_logit, done_logit [B, ...]."""
+        with `use_first_frame`) -> reward, success_logit, done_logit [B, ...]."""
         cfg, v = self.cfg, self.num_views
         if frames.dim() < 5 or frames.shape[-4] != v or frames.shape[-3] != 3:
             raise ValueError(
@@ -199,21 +183,5 @@ class OutcomeHeads(nn.Module):
                     f"[{', '.join(map(str, lead))}, S], got {got}"
                 )
             parts.append(self.state_embed(state.reshape(n, -1)))
-        if self.tip_embed is not None:
-            if tip is None or tuple(tip.shape) != (*lead, 3):
-                got = None if tip is None else list(tip.shape)
-                raise ValueError(
-                    f"outcome heads read the fingertip (heads.tip_of): expected tip [{', '.join(map(str, lead))}, 3], "
-                    f"got {got}"
-                )
-            # x10: a tabletop workspace's tens of centimetres become numbers of order one
-            parts.append(self.tip_embed(10.0 * tip.reshape(n, 3)))
         reward, success, done = self.out(self.mix(torch.cat(parts, -1))).view(*lead, 3).unbind(-1)
         return {"reward": reward, "success_logit": success, "done_logit": done}
-
-
-def fingertip(arm: str, state: torch.Tensor) -> torch.Tensor:
-    """[..., 3] fingertip positions (metres) of `arm` at joint positions `state` [..., J] (radians)."""
-    kinematics = arm_kinematics(arm)
-    tip = kinematics.forward(state.detach().cpu().double().numpy())
-    return torch.from_numpy(tip).to(device=state.device, dtype=torch.float32)

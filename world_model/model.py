@@ -25,7 +25,7 @@ from data.stats import Normalizer, Stats, load_stats, save_stats
 from world_model import flow
 from world_model.codec import AutoencoderConfig, FrameCodec
 from world_model.dit import VideoDiT, VideoDiTConfig
-from world_model.heads import OutcomeHeads, OutcomeHeadsConfig, fingertip
+from world_model.heads import OutcomeHeads, OutcomeHeadsConfig
 from world_model.idm import InverseDynamicsConfig, InverseDynamicsModel
 from world_model.sampler import SamplerConfig, sample
 
@@ -185,7 +185,6 @@ class WorldModel(nn.Module):
             task,
             self.normalize_state(state.float()) if heads.use_state else None,
             first if heads.use_first_frame else None,
-            fingertip(heads.tip_of, state) if heads.tip_of else None,
         )
 
     def _first_frame(self, first_frame: torch.Tensor | None) -> torch.Tensor | None:
