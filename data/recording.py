@@ -54,12 +54,11 @@ class RecordingConfig:
     # policy k's episode i on seed `seed + k * episodes + i`. Their failures differ from the expert's, and
     # the world model's success head learns failure only from the failures it is shown (vla/sim_recording.py).
     policies: list[str] = field(default_factory=list)
-    # With `policies`: datasets whose episodes come first in the new one (e.g. the expert demonstrations).
+    # Datasets whose episodes come first in the new one (e.g. the expert demonstrations before recorded
+    # policies, or more scripted episodes after an earlier recording); the recorded ones follow.
     include: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
-        if self.include and not self.policies:
-            raise ValueError("RecordingConfig.include adds datasets to recorded policies: set policies too")
         if self.episodes < 1:
             raise ValueError(f"RecordingConfig.episodes must be >= 1, got {self.episodes}")
         if not self.root:
@@ -104,12 +103,29 @@ def prepare_root(root: Path, overwrite: bool) -> None:
 
 
 def record_demos(cfg: RecordingConfig) -> Path:
-    """Record `cfg.episodes` episodes into a new dataset at `cfg.root`; returns the root."""
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
+    """Record `cfg.episodes` episodes into a new dataset at `cfg.root`, after the episodes of `cfg.include`
+    (the new ones are recorded apart, then merged); returns the root."""
     cfg.validate()
     root = Path(cfg.root)
     prepare_root(root, cfg.overwrite)
+    if not cfg.include:
+        return _record_scripted(cfg, root)
+    from data.actor_recording import grow_dataset
+
+    part = root.parent / f".{root.name}.part"
+    shutil.rmtree(part, ignore_errors=True)
+    _record_scripted(cfg, part)
+    if not json.loads((part / RECORDING_META).read_text())["complete"]:
+        raise RuntimeError(f"recording into {part} was interrupted; nothing was merged into {root}")
+    grow_dataset([*cfg.include, part], root, cfg.repo_id)
+    shutil.move(part / RECORDING_META, root / RECORDING_META)
+    shutil.rmtree(part)
+    return root
+
+
+def _record_scripted(cfg: RecordingConfig, root: Path) -> Path:
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
     env_cfg = cfg.env_config()
     env = TabletopEnv(env_cfg)
     dataset = LeRobotDataset.create(

@@ -151,3 +151,19 @@ def test_an_episode_succeeds_when_any_step_does():
     episode = recording._record_episode(Env(), Expert(), dataset, seed=0)
     assert episode["success"] is True and episode["length"] == 4
     assert [bool(f[SUCCESS][0]) for f in dataset.frames] == [False, True, False, False]
+
+
+def test_recording_after_included_data_merges_them_in_order(tmp_path):
+    from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+
+    first = _config(tmp_path, root=str(tmp_path / "first"), seed=10)
+    record_demos(first)
+    more = _config(tmp_path, root=str(tmp_path / "both"), seed=40, episodes=3, include=[first.root])
+    record_demos(more)
+    assert LeRobotDatasetMetadata(more.repo_id, root=more.root).total_episodes == 5
+    both, alone = _read(more), _read(first)
+    # the included episodes come first, unchanged
+    np.testing.assert_array_equal(both[0][ACTION].numpy(), alone[0][ACTION].numpy())
+    recorded = json.loads((tmp_path / "both" / RECORDING_META).read_text())
+    assert [e["seed"] for e in recorded["episodes"]] == [40, 41, 42] and recorded["complete"]
+    assert not (tmp_path / ".both.part").exists()
