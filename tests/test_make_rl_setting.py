@@ -3,9 +3,11 @@ config errors, and resuming an interrupted training stage."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from benchmarks.make_rl_setting import RLSettingConfig, pick_snapshot, stages
+from benchmarks.make_rl_setting import RLSettingConfig, heads_model, pick_snapshot, stages
 from common.config import ConfigError, parse_cli
 from data.recording import RecordingConfig
 from vla.bc_training import TrainPolicyConfig
@@ -48,6 +50,19 @@ def test_every_stage_command_parses(tmp_path, monkeypatch):
     assert all(set(a).isdisjoint(b) for i, a in enumerate(seeds) for b in seeds[i + 1 :])
     heads = next(s for s in stages(cfg, tmp_path) if s.name == "fit first-frame heads")
     assert f"--dataset.root={heads_cfg.root}" in heads.args
+    # More heads data after the first (one dataset), and the heads fitted again on it from the first fit.
+    more = recordings["record more heads data"]
+    assert more.include == [heads_cfg.root] and more.episodes == cfg.more_heads_episodes
+    refit = parse_cli(
+        TrainWorldModelConfig,
+        next(s for s in stages(cfg, tmp_path) if s.name == "fit heads on more data").args,
+    )
+    assert refit.dataset.root == more.root and refit.init_from == str(heads.produced)
+    assert refit.train.steps == cfg.more_heads_steps and refit.heads_only
+    assert heads_model(cfg, tmp_path) == Path(refit.output_dir) / "pretrained_model"
+    without = RLSettingConfig(root=str(tmp_path), more_heads_episodes=0)
+    assert not [s for s in stages(without, tmp_path) if "more" in s.name]
+    assert heads_model(without, tmp_path) == heads.produced
 
 
 def test_an_interrupted_training_stage_resumes(tmp_path):
