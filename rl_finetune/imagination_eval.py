@@ -77,8 +77,9 @@ def imagine_episodes(
 ) -> tuple[list[dict], list[list[np.ndarray]]]:
     """Run one batch of imagined episodes to the horizon (or until all succeed).
 
-    Returns per-episode results (success, progress, length, max success probability, the imagined joint
-    states from the start to the end of the batch) and, for the first
+    Returns per-episode results (success, progress, length, max success probability, the heads' success
+    probability at every imagined step and the imagined joint states from the start, both to the end of the
+    batch) and, for the first
     `record` rows, the video frames (initial frame + one per imagined step, cameras side by side).
     """
     check_cameras(policy, env)
@@ -96,6 +97,7 @@ def imagine_episodes(
         # every row has ended, and where the arm went next is what judging by the state needs (the success
         # head may end an episode before the arm gets there, or wrongly).
         paths = [[row] for row in starts.state.float().cpu()]
+        probs = []  # [B, K] per step, likewise to the end of the batch
         while not env.done.all():
             chunk = policy.predict_action_chunk(obs)[:, : policy.n_action_steps]
             obs, _, _, _, info = env.step(chunk)
@@ -103,6 +105,7 @@ def imagine_episodes(
             for path, row in zip(paths, state):
                 path += list(row)
             length += active.sum(1)
+            probs.append(info["success_prob"].cpu())
             max_prob = torch.maximum(max_prob, (info["success_prob"].cpu() * active).max(1).values)
             frames = info["frames"]
             for i, clip in enumerate(clips):
@@ -111,6 +114,7 @@ def imagine_episodes(
                     to_video_frame({c: frames[c][:, k] for c in env.cameras}, env.cameras, i)
                     for k in range(steps)
                 ]
+    step_probs = torch.cat(probs, 1)
     results = [
         {
             "task": starts.task[i],
@@ -119,6 +123,7 @@ def imagine_episodes(
             "length": int(length[i]),
             "max_success_prob": float(max_prob[i]),
             "joint_states": torch.stack(paths[i]).tolist(),  # [batch steps + 1, J]: where the arm went
+            "success_probs": step_probs[i].tolist(),  # [batch steps]: the heads' verdict on each
         }
         for i in range(b)
     ]

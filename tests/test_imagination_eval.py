@@ -45,6 +45,9 @@ def test_imagination_eval_is_seeded_and_summarised(tmp_path):
         assert len(r["joint_states"]) == len(batch_mate["joint_states"])
         assert r["length"] + 1 <= len(r["joint_states"]) <= 4 + 1
         assert r["joint_states"][0] == pytest.approx(start.tolist())
+        # the heads' verdict on each of those steps; the episode's best is its max_success_prob
+        assert len(r["success_probs"]) == len(r["joint_states"]) - 1
+        assert max(r["success_probs"][: r["length"]], default=0.0) == pytest.approx(r["max_success_prob"])
     assert len(clips) == 2 and clips[0][0].shape == (16, 16, 3) and clips[0][0].dtype == np.uint8
     assert len(clips[0]) == 1 + 4 or a["per_episode"][0]["success"]  # initial frame + one per step
     assert len(list((tmp_path / "videos").glob("imagined_*.mp4"))) == 2
