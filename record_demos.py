@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 from common.config import parse_cli
-from data.recording import RecordingConfig, record_demos
+from data.recording import RecordingConfig, record_demos, recording_part
 
 
 def main(args: list[str] | None = None) -> None:
@@ -29,7 +30,11 @@ def main(args: list[str] | None = None) -> None:
         else:
             root = record_demos(cfg)
     except KeyboardInterrupt:
-        print(f"interrupted: {cfg.root} holds the episodes completed before Ctrl-C", file=sys.stderr)
+        if cfg.include and not cfg.policies:
+            where = f"{recording_part(Path(cfg.root))} (not merged into {cfg.root})"
+        else:
+            where = cfg.root
+        print(f"interrupted: {where} holds the episodes completed before Ctrl-C", file=sys.stderr)
         sys.exit(130)
     print(f"wrote {root}")
 

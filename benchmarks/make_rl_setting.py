@@ -2,10 +2,10 @@
 
 world-model data (mixed-skill reach episodes, failures kept) -> the tiny world model -> first-frame outcome
 heads (success judged from the episode's real first frame and the joint state, threshold calibrated on
-held-out replays), fitted again on four times more data -> expert demonstrations -> a BC policy with a snapshot every `snapshot_every` steps ->
-each candidate snapshot evaluated in the sim -> the policy RL starts from: the latest snapshot whose sim
-success lies in `success_band` (the issue's 20-60%: a policy that has begun to read the instruction, with
-room to gain).
+held-out replays), fitted again on four times more data -> expert demonstrations -> a BC policy with a
+snapshot every `snapshot_every` steps -> each candidate snapshot evaluated in the sim -> the policy RL
+starts from: the latest snapshot whose sim success lies in `success_band` (the issue's 20-60%: a policy
+that has begun to read the instruction, with room to gain).
 
 Why this script: the RL results quote a world model, heads and a BC snapshot by path; without one command
 that makes them, a new machine cannot reproduce the figures. Each stage runs a root script through the
@@ -148,9 +148,8 @@ def heads_model(cfg: RLSettingConfig, root: Path) -> Path:
 def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
     wm_data, demos = root / "data" / f"{cfg.task}_wm", root / "data" / f"{cfg.task}_expert"
     heads_data = root / "data" / f"{cfg.task}_heads"
-    more_data = (
-        root / "data" / f"{cfg.task}_heads_{_all_heads_episodes(cfg)}"
-    )  # the first heads data, then more
+    # The first heads data, then more, in one dataset.
+    more_data = root / "data" / f"{cfg.task}_heads_{_all_heads_episodes(cfg)}"
     wm, heads, bc = root / "world_model" / "base", root / "world_model" / "first_state", root / "bc"
     return [
         _record_mixed(cfg, "world-model", wm_data, cfg.world_model_episodes, 0),
@@ -180,7 +179,7 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
                     heads / "pretrained_model",
                     cfg.more_heads_steps,
                     heads_model(cfg, root).parent,
-                ),  # fmt: skip
+                ),
             ]
             if cfg.more_heads_episodes
             else []

@@ -32,9 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import print_table, write_result  # noqa: E402
 from common.config import parse_cli  # noqa: E402
 from rl_finetune.imagination_eval import evaluate_in_imagination  # noqa: E402
-from rl_finetune.policy_ranking import sim_starts  # noqa: E402
+from rl_finetune.policy_ranking import reached_along_imagined_paths, sim_starts  # noqa: E402
 from rl_finetune.ranking import auroc  # noqa: E402
-from sim.tabletop_env import TabletopEnv  # noqa: E402
 from vla.factory import load_policy  # noqa: E402
 from vla.sim_evaluation import SimEvalConfig  # noqa: E402
 from world_model.model import WorldModel  # noqa: E402
@@ -56,15 +55,7 @@ class SuccessHeadInImaginationConfig:
 
 def step_truth(sim_cfg: SimEvalConfig, per_episode: list[dict], seed: int) -> np.ndarray:
     """[N, T] whether the reach rule holds at each imagined step (joint_states[1:]) of each episode."""
-    env = TabletopEnv(sim_cfg.env_config(image_size=64, cameras=()))  # renders nothing
-    try:
-        truth = []
-        for i, episode in enumerate(per_episode):
-            env.reset(seed=seed + i)
-            truth.append([env.success_along(np.asarray([q])) for q in episode["joint_states"][1:]])
-    finally:
-        env.close()
-    return np.asarray(truth, dtype=bool)
+    return np.stack(reached_along_imagined_paths(per_episode, sim_cfg, seed))[:, 1:]
 
 
 def judge(per_episode: list[dict], truth: np.ndarray, threshold: float) -> dict:

@@ -102,6 +102,11 @@ def prepare_root(root: Path, overwrite: bool) -> None:
     root.parent.mkdir(parents=True, exist_ok=True)
 
 
+def recording_part(root: Path) -> Path:
+    """Where scripted episodes recorded after `include`d datasets are written before the merge into `root`."""
+    return root.parent / f".{root.name}.part"
+
+
 def record_demos(cfg: RecordingConfig) -> Path:
     """Record `cfg.episodes` episodes into a new dataset at `cfg.root`, after the episodes of `cfg.include`
     (the new ones are recorded apart, then merged); returns the root."""
@@ -112,11 +117,9 @@ def record_demos(cfg: RecordingConfig) -> Path:
         return _record_scripted(cfg, root)
     from data.actor_recording import grow_dataset
 
-    part = root.parent / f".{root.name}.part"
+    part = recording_part(root)
     shutil.rmtree(part, ignore_errors=True)
-    _record_scripted(cfg, part)
-    if not json.loads((part / RECORDING_META).read_text())["complete"]:
-        raise RuntimeError(f"recording into {part} was interrupted; nothing was merged into {root}")
+    _record_scripted(cfg, part)  # an interruption leaves its episodes there and merges nothing
     grow_dataset([*cfg.include, part], root, cfg.repo_id)
     shutil.move(part / RECORDING_META, root / RECORDING_META)
     shutil.rmtree(part)

@@ -105,8 +105,9 @@ def imagine_episodes(
             for path, row in zip(paths, state):
                 path += list(row)
             length += active.sum(1)
-            probs.append(info["success_prob"].cpu())
-            max_prob = torch.maximum(max_prob, (info["success_prob"].cpu() * active).max(1).values)
+            prob = info["success_prob"].cpu()
+            probs.append(prob)
+            max_prob = torch.maximum(max_prob, (prob * active).max(1).values)
             frames = info["frames"]
             for i, clip in enumerate(clips):
                 steps = frames[env.cameras[0]].shape[1]

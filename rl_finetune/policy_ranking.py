@@ -157,15 +157,23 @@ def success_by_imagined_states(per_episode: list[dict], sim_cfg: SimEvalConfig, 
     frames): the joint states follow the commanded actions whatever the frames show."""
     if sim_cfg.task != "reach":
         return None
+    return float(np.mean([steps.any() for steps in reached_along_imagined_paths(per_episode, sim_cfg, seed)]))
+
+
+def reached_along_imagined_paths(
+    per_episode: list[dict], sim_cfg: SimEvalConfig, seed: int
+) -> list[np.ndarray]:
+    """Per episode, whether the simulator's reach rule holds at each of its imagined joint states (the start
+    included), with the objects where the sim reset with seed `seed + i` put them."""
     env = TabletopEnv(sim_cfg.env_config(image_size=64, cameras=()))  # renders nothing
     try:
         verdicts = []
         for i, episode in enumerate(per_episode):
             env.reset(seed=seed + i)
-            verdicts.append(env.success_along(np.asarray(episode["joint_states"])))
+            verdicts.append(np.array([env.success_along(np.asarray([q])) for q in episode["joint_states"]]))
     finally:
         env.close()
-    return float(np.mean(verdicts))
+    return verdicts
 
 
 def _write_side_by_side(simulated: dict, clips: list, output_dir: Path, fps: int) -> None:

@@ -167,3 +167,30 @@ def test_recording_after_included_data_merges_them_in_order(tmp_path):
     recorded = json.loads((tmp_path / "both" / RECORDING_META).read_text())
     assert [e["seed"] for e in recorded["episodes"]] == [40, 41, 42] and recorded["complete"]
     assert not (tmp_path / ".both.part").exists()
+
+
+def test_interrupted_recording_after_included_data_merges_nothing_and_says_where(
+    tmp_path, monkeypatch, capsys
+):
+    import record_demos as cli
+
+    first = _config(tmp_path, root=str(tmp_path / "first"))
+    record_demos(first)
+    calls = {"n": 0}
+    act = recording.ScriptedExpert.act
+
+    def act_then_interrupt(self):
+        calls["n"] += 1
+        if calls["n"] == 9:  # one whole 6-step episode, then Ctrl-C in the second
+            raise KeyboardInterrupt
+        return act(self)
+
+    monkeypatch.setattr(recording.ScriptedExpert, "act", act_then_interrupt)
+    both = tmp_path / "both"
+    with pytest.raises(SystemExit):
+        cli.main([f"--root={both}", "--repo_id=worldloop/test_demos", "--task=reach", "--episodes=3",
+                  "--image_size=16", "--max_steps=6", "--terminate_on_success=false", f"--include=[{first.root}]"])  # fmt: skip
+    assert not both.exists()  # nothing merged
+    part = recording.recording_part(both)
+    assert f"{part} (not merged into {both})" in capsys.readouterr().err
+    assert len(json.loads((part / RECORDING_META).read_text())["episodes"]) == 1
