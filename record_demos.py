@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from common.config import parse_cli
-from data.recording import RecordingConfig, record_demos, recording_part
+from data.recording import RecordingConfig, policy_recording_parts, record_demos, recording_part
 
 
 def main(args: list[str] | None = None) -> None:
@@ -30,7 +30,11 @@ def main(args: list[str] | None = None) -> None:
         else:
             root = record_demos(cfg)
     except KeyboardInterrupt:
-        if cfg.include and not cfg.policies:
+        if cfg.policies:
+            where = (
+                f"{policy_recording_parts(Path(cfg.root))} (a dataset per policy, not merged into {cfg.root})"
+            )
+        elif cfg.include:
             where = f"{recording_part(Path(cfg.root))} (not merged into {cfg.root})"
         else:
             where = cfg.root

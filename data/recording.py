@@ -107,6 +107,12 @@ def recording_part(root: Path) -> Path:
     return root.parent / f".{root.name}.part"
 
 
+def policy_recording_parts(root: Path) -> Path:
+    """Where `record_demos.py --policies` records each policy's episodes (`<k:03d>/`, one dataset per policy)
+    before the merge into `root`."""
+    return root.parent / f".{root.name}.parts"
+
+
 def record_demos(cfg: RecordingConfig) -> Path:
     """Record `cfg.episodes` episodes into a new dataset at `cfg.root`, after the episodes of `cfg.include`
     (the new ones are recorded apart, then merged); returns the root."""

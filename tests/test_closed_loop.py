@@ -201,3 +201,35 @@ def test_record_policies_appends_each_policys_episodes_after_the_included_data(t
     cfg.root, cfg.policies = str(tmp_path / "refused"), [str(tmp_path / "wrist")]
     with pytest.raises(ValueError, match="reads cameras"):
         record_policies(cfg)
+
+
+def test_interrupted_policy_recording_merges_nothing_and_says_where(tmp_path, monkeypatch, capsys):
+    import record_demos as cli
+    import vla.sim_recording as sim_recording
+    from data.recording import policy_recording_parts
+
+    paths = []
+    for k in range(2):
+        tiny_policy(seed=k).save_pretrained(tmp_path / f"p{k}")
+        paths.append(str(tmp_path / f"p{k}"))
+    record = sim_recording.record_policy_episodes
+    calls = {"n": 0}
+
+    def second_policy_interrupted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return record(*args, **kwargs)
+
+    monkeypatch.setattr(sim_recording, "record_policy_episodes", second_policy_interrupted)
+    root = tmp_path / "grown"
+    with pytest.raises(SystemExit):
+        cli.main([f"--root={root}", "--task=reach", "--episodes=2", f"--image_size={IMAGE_SIZE}",
+                  "--cameras=[front]", f"--max_steps={STEPS}", "--image_writer_threads=0",
+                  f"--policies=[{paths[0]},{paths[1]}]"])  # fmt: skip
+    assert not root.exists()  # nothing merged
+    parts = policy_recording_parts(root)
+    assert f"{parts} (a dataset per policy, not merged into {root})" in capsys.readouterr().err
+    from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+
+    assert LeRobotDatasetMetadata("local/part", root=parts / "000").total_episodes == 2

@@ -224,3 +224,29 @@ def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_l
                 TrainWorldModelConfig, [*args, "--model.dit.width=64", "--output_dir=" + str(tmp_path / "x")]
             )
         )
+
+
+def test_frozen_heads_training_changes_everything_but_the_heads(tmp_path, tiny_lerobot_dataset):
+    root = tiny_lerobot_dataset(tmp_path, episodes=3, length=8, image_size=(SIZE, SIZE))
+    args = tiny_train_args(root, tmp_path / "longer", steps=3)
+    with pytest.raises(ValueError, match="init_from"):
+        train(parse_cli(TrainWorldModelConfig, [*args, "--freeze_heads=true"]))
+    torch.manual_seed(0)
+    WorldModel(tiny_model_config()).save_pretrained(tmp_path / "base")
+    args += ["--freeze_heads=true", f"--init_from={tmp_path / 'base'}", "--calibrate_success=false"]
+    with pytest.raises(ValueError, match="pick one"):
+        train(parse_cli(TrainWorldModelConfig, [*args, "--heads_only=true"]))
+    trained = train(parse_cli(TrainWorldModelConfig, [*args, "--train.lr=1e-2"]))
+    base = WorldModel.from_pretrained(tmp_path / "base").state_dict()
+    after = trained.state_dict()
+    heads = [k for k in base if k.startswith("heads.")]
+    assert heads and all(torch.equal(base[k], after[k]) for k in heads)
+    assert any(not torch.equal(base[k], after[k]) for k in base if k.startswith("dit."))
+    # Heads the starting model does not have would stay random under freeze_heads: refused.
+    with pytest.raises(ValueError, match="stay random"):
+        train(
+            parse_cli(
+                TrainWorldModelConfig,
+                [*args, "--model.heads.use_first_frame=true", f"--output_dir={tmp_path / 'x'}"],
+            )
+        )

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from common.checkpoint import atomic_write_text
 from data.actor_recording import grow_dataset, record_actor_episodes
 from data.features import STATE, TASK, image_key
-from data.recording import RECORDING_META, RecordingConfig, prepare_root
+from data.recording import RECORDING_META, RecordingConfig, policy_recording_parts, prepare_root
 from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 from vla.factory import load_policy
 from vla.policy import Policy
@@ -111,7 +111,7 @@ def record_policies(cfg: RecordingConfig, device: str = "cpu") -> Path:
     root = Path(cfg.root)
     prepare_root(root, cfg.overwrite)
     env_cfg = cfg.env_config()
-    parts = root.parent / f".{root.name}.parts"  # one dataset per policy, merged into root at the end
+    parts = policy_recording_parts(root)  # one dataset per policy, merged into root at the end
     shutil.rmtree(parts, ignore_errors=True)
     recorded = []
     bar = tqdm(cfg.policies, desc="recording policies", unit="policy")

@@ -53,6 +53,9 @@ class TrainWorldModelConfig:
     # Train the outcome heads alone on the (frozen) world model of `init_from`: to fit them again after a
     # change of the heads, or on more labelled episodes; no diffusion pass, so minutes on a CPU.
     heads_only: bool = False
+    # The opposite: train the world model with the heads of `init_from` frozen, e.g. to train its frames
+    # longer on the video data when its heads were fitted on more labelled episodes than that data has.
+    freeze_heads: bool = False
     # With heads_only: also fit the heads on the model's own rollouts of the training episodes (their real
     # labels), the frames they judge in imagination (world_model/imagined_windows.py). Skipped for heads
     # that do not read the judged frame (heads.use_frame=False).
@@ -122,8 +125,12 @@ def make_eval_fn(windows: HeldOutWindows | None, cfg: EvalConfig):
 def train(cfg: TrainWorldModelConfig) -> WorldModel:
     if cfg.window < 2:
         raise ValueError(f"window={cfg.window}: a training window needs at least 2 frames")
-    if (cfg.heads_only or cfg.calibrate_only) and not cfg.init_from:
-        raise ValueError("heads_only / calibrate_only work on an existing world model: set init_from")
+    if (cfg.heads_only or cfg.calibrate_only or cfg.freeze_heads) and not cfg.init_from:
+        raise ValueError(
+            "heads_only / calibrate_only / freeze_heads work on an existing world model: set init_from"
+        )
+    if cfg.heads_only and cfg.freeze_heads:
+        raise ValueError("heads_only and freeze_heads together would train nothing: pick one")
     if cfg.calibrate_only:
         model = WorldModel.from_pretrained(cfg.init_from)
         cfg.model = model.cfg  # the dataset is read as this model sees it
@@ -150,8 +157,16 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
                 f"heads_only=True but {cfg.init_from} does not fit model config outside the heads "
                 f"({', '.join(frozen_fresh[:4])}...): those parts would stay random"
             )
+        fresh_heads = [k for k in fresh if k.startswith("heads.")]
+        if cfg.freeze_heads and fresh_heads:
+            raise ValueError(
+                f"freeze_heads=True but {cfg.init_from} has no weights for "
+                f"{', '.join(fresh_heads[:4])}...: frozen, they would stay random"
+            )
     if cfg.heads_only:
         model.freeze_all_but_heads()
+    if cfg.freeze_heads:
+        model.heads.requires_grad_(False)
     windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
     # Heads that do not read the judged frame (heads.use_frame=False) gain nothing from drawn ones.
     if cfg.heads_only and cfg.heads_on_rollouts and model.cfg.heads.use_frame:
