@@ -2,7 +2,8 @@
 
 world-model data (mixed-skill reach episodes, failures kept) -> the tiny world model -> first-frame outcome
 heads (success judged from the episode's real first frame and the joint state, threshold calibrated on
-held-out replays), fitted again on four times more data -> expert demonstrations -> a BC policy with a
+held-out replays), fitted again on four times more data -> the world model's frames trained longer with
+those heads frozen -> expert demonstrations -> a BC policy with a
 snapshot every `snapshot_every` steps -> each candidate snapshot evaluated in the sim -> the policy RL
 starts from: the latest snapshot whose sim success lies in `success_band` (the issue's 20-60%: a policy
 that has begun to read the instruction, with room to gain).
@@ -56,6 +57,10 @@ class RLSettingConfig:
     more_heads_episodes: int = 4800
     more_heads_seed: int = 3000  # after the first heads recording's seeds (1000..2599)
     more_heads_steps: int = 20000
+    # Then the world model's frames trained longer (lr 5e-4, from its weights) with the heads kept as fitted:
+    # the first 2,500 steps saw each training frame less than once. On the 16 held-out windows of its own
+    # evaluation SSIM@30 went 0.825 -> 0.876 (copy-last 0.865), moving-pixel PSNR@10 12.9 -> 14.7 dB. 0 skips.
+    world_model_more_steps: int = 5000
     demo_episodes: int = 400  # skill 1.0; a tenth is held out, so 360 train the policy
     policy_steps: int = 2000  # the tiny FlowVLA recipe (its learning-rate schedule); snapshots are early
     snapshot_every: int = 25
@@ -145,6 +150,13 @@ def heads_model(cfg: RLSettingConfig, root: Path) -> Path:
     return root / "world_model" / name / "pretrained_model"
 
 
+def rl_world_model(cfg: RLSettingConfig, root: Path) -> Path:
+    """The world model RL trains in: the heads' fit, its frames trained longer unless that stage is off."""
+    if not cfg.world_model_more_steps:
+        return heads_model(cfg, root)
+    return root / "world_model" / f"longer_{_all_heads_episodes(cfg)}" / "pretrained_model"
+
+
 def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
     wm_data, demos = root / "data" / f"{cfg.task}_wm", root / "data" / f"{cfg.task}_expert"
     heads_data = root / "data" / f"{cfg.task}_heads"
@@ -182,6 +194,29 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
                 ),
             ]
             if cfg.more_heads_episodes
+            else []
+        ),
+        *(
+            [
+                Stage(
+                    "train world model longer (heads frozen)",
+                    "train_world_model.py",
+                    [
+                        "--config=configs/world_model/tiny.yaml",
+                        f"--dataset.root={wm_data}",
+                        f"--init_from={heads_model(cfg, root)}",
+                        "--freeze_heads=true",  # the heads as fitted, their config and threshold too
+                        "--calibrate_success=false",
+                        f"--train.steps={cfg.world_model_more_steps}",
+                        "--train.lr=5e-4",
+                        f"--output_dir={rl_world_model(cfg, root).parent}",
+                        *_resume(rl_world_model(cfg, root).parent),
+                    ],
+                    rl_world_model(cfg, root) / "model.safetensors",
+                    rl_world_model(cfg, root),
+                )
+            ]
+            if cfg.world_model_more_steps
             else []
         ),
         Stage(
@@ -278,8 +313,8 @@ def main() -> None:
     if policy.exists():
         shutil.rmtree(policy)
     shutil.copytree(pick["path"], policy)
-    world_model = heads_model(cfg, root)
-    calibration = load_json(world_model.parent / "eval" / "success_calibration.json")
+    world_model = rl_world_model(cfg, root)
+    calibration = load_json(heads_model(cfg, root).parent / "eval" / "success_calibration.json")
     picked = [c for c in calibration["candidates"] if c["threshold"] == calibration["threshold"]]
     calibration["balanced_accuracy"] = picked[0]["balanced_accuracy"] if picked else None
     setting = {

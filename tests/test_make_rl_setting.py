@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.make_rl_setting import RLSettingConfig, heads_model, pick_snapshot, stages
+from benchmarks.make_rl_setting import RLSettingConfig, heads_model, pick_snapshot, rl_world_model, stages
 from common.config import ConfigError, parse_cli
 from data.recording import RecordingConfig
 from vla.bc_training import TrainPolicyConfig
@@ -63,6 +63,17 @@ def test_every_stage_command_parses(tmp_path, monkeypatch):
     without = RLSettingConfig(root=str(tmp_path), more_heads_episodes=0)
     assert not [s for s in stages(without, tmp_path) if "more" in s.name]
     assert heads_model(without, tmp_path) == heads.produced
+    # Then the frames trained longer from that model, its heads frozen: the world model RL trains in.
+    longer = parse_cli(
+        TrainWorldModelConfig,
+        next(s for s in stages(cfg, tmp_path) if s.name.startswith("train world model longer")).args,
+    )
+    assert longer.init_from == str(heads_model(cfg, tmp_path)) and longer.freeze_heads
+    assert longer.dataset.root == wm_cfg.root and longer.train.steps == cfg.world_model_more_steps
+    assert rl_world_model(cfg, tmp_path) == Path(longer.output_dir) / "pretrained_model"
+    unchanged = RLSettingConfig(root=str(tmp_path), world_model_more_steps=0)
+    assert not [s for s in stages(unchanged, tmp_path) if s.name.startswith("train world model longer")]
+    assert rl_world_model(unchanged, tmp_path) == heads_model(unchanged, tmp_path)
 
 
 def test_an_interrupted_training_stage_resumes(tmp_path):

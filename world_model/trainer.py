@@ -17,6 +17,7 @@ from accelerate import PartialState
 from torch.utils.data import ConcatDataset
 
 from common.checkpoint import atomic_directory, load_matching_weights, save_json
+from common.config import load_config
 from common.training import TrainLoopConfig, run_training
 from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from data.stats import dataset_stats, load_stats
@@ -53,8 +54,9 @@ class TrainWorldModelConfig:
     # Train the outcome heads alone on the (frozen) world model of `init_from`: to fit them again after a
     # change of the heads, or on more labelled episodes; no diffusion pass, so minutes on a CPU.
     heads_only: bool = False
-    # The opposite: train the world model with the heads of `init_from` frozen, e.g. to train its frames
-    # longer on the video data when its heads were fitted on more labelled episodes than that data has.
+    # The opposite: train the world model with the heads of `init_from` frozen (their config, calibrated
+    # threshold included, taken from it too), e.g. to train its frames longer on the video data when its
+    # heads were fitted on more labelled episodes than that data has.
     freeze_heads: bool = False
     # With heads_only: also fit the heads on the model's own rollouts of the training episodes (their real
     # labels), the frames they judge in imagination (world_model/imagined_windows.py). Skipped for heads
@@ -138,6 +140,8 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         episodes = dataset.split()[1] if cfg.dataset.held_out_fraction > 0 else dataset.episode_indices
         calibrate_exported(model, dataset, episodes, Path(cfg.output_dir))
         return model
+    if cfg.freeze_heads:
+        cfg.model.heads = load_config(WorldModelConfig, Path(cfg.init_from) / "config.yaml").heads
     dataset = open_dataset(cfg)
     train_eps, held_eps = dataset.split()
     # Heads fitted on a frozen model must see inputs normalised as the model was trained.
@@ -156,12 +160,6 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
             raise ValueError(
                 f"heads_only=True but {cfg.init_from} does not fit model config outside the heads "
                 f"({', '.join(frozen_fresh[:4])}...): those parts would stay random"
-            )
-        fresh_heads = [k for k in fresh if k.startswith("heads.")]
-        if cfg.freeze_heads and fresh_heads:
-            raise ValueError(
-                f"freeze_heads=True but {cfg.init_from} has no weights for "
-                f"{', '.join(fresh_heads[:4])}...: frozen, they would stay random"
             )
     if cfg.heads_only:
         model.freeze_all_but_heads()
