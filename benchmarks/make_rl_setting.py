@@ -58,8 +58,9 @@ class RLSettingConfig:
     more_heads_seed: int = 3000  # after the first heads recording's seeds (1000..2599)
     more_heads_steps: int = 20000
     # Then the world model's frames trained longer (lr 5e-4, from its weights) with the heads kept as fitted:
-    # the first 2,500 steps saw each training frame less than once. On the 16 held-out windows of its own
-    # evaluation SSIM@30 went 0.825 -> 0.876 (copy-last 0.865), moving-pixel PSNR@10 12.9 -> 14.7 dB. 0 skips.
+    # the first 2,500 steps saw each training frame less than once. On 64 held-out windows SSIM@30 went
+    # 0.828 -> 0.876 (copy-last 0.872), moving-pixel PSNR@10 12.1 -> 14.9 dB
+    # (benchmarks/results/world_model_fidelity_rl_setting_*.json). 0 skips.
     world_model_more_steps: int = 5000
     demo_episodes: int = 400  # skill 1.0; a tenth is held out, so 360 train the policy
     policy_steps: int = 2000  # the tiny FlowVLA recipe (its learning-rate schedule); snapshots are early
