@@ -6,9 +6,7 @@ python finetune_policy.py --config configs/finetune/tiny.yaml \
 `--algorithm=grpo` (default: group-relative baseline, `rl_finetune/grpo.py`), `--algorithm=ppo` (a value
 head on the BC policy's observation features and GAE, `rl_finetune/ppo.py`; settings under `--ppo.*`) or
 `--algorithm=nft` (likelihood-free DiffusionNFT on the policy's own chunks, `rl_finetune/policy_nft.py`;
-settings under `--nft.*`). With nft, `--align.weight=w --align.dataset_root=<recorded episodes>` also pulls
-the policy's reading of drawn frames towards its reading of real ones, on open-loop world-model replays of
-those episodes (`rl_finetune/observation_alignment.py`).
+settings under `--nft.*`).
 
 Writes `<output_dir>/pretrained_model/` (the fine-tuned policy), `summary.json` (imagined vs sim success
 before/after, sim steps used for training (always 0) and for evaluation, wall time), `metrics.jsonl` and
