@@ -42,7 +42,6 @@ from rl_finetune.closed_loop_config import LoopConfig
 from rl_finetune.flow_policy_gradient import FlowPolicyTrainer
 from rl_finetune.grpo import GRPOConfig, GRPOTrainer
 from rl_finetune.imagination_eval import check_cameras, evaluate_in_imagination
-from rl_finetune.observation_alignment import ObservationAlignmentConfig, paired_observations
 from rl_finetune.policy_nft import PolicyNFTConfig, PolicyNFTTrainer
 from rl_finetune.policy_ranking import dataset_starts, sim_starts
 from rl_finetune.ppo import PPOConfig, PPOTrainer
@@ -109,9 +108,6 @@ class FinetunePolicyConfig:
     # The policy the KL trust region anchors to; "" -> the policy being fine-tuned, as loaded.
     reference_policy: str = ""
     loop: LoopConfig = field(default_factory=LoopConfig)  # --loop.rounds=N: the closed loop (closed_loop.py)
-    # --align.weight=w --align.dataset_root=<recorded episodes>: also pull the policy's reading of drawn
-    # frames towards its reading of real ones (rl_finetune/observation_alignment.py); nft only.
-    align: ObservationAlignmentConfig = field(default_factory=ObservationAlignmentConfig)
 
     def validate(self) -> None:
         if not self.policy.path:
@@ -139,9 +135,6 @@ class FinetunePolicyConfig:
         self.env.validate()
         self.algorithm_config.validate()
         self.loop.validate()
-        self.align.validate()
-        if self.align.weight > 0 and self.algorithm != "nft":
-            raise ValueError(f"align.weight > 0 is implemented for algorithm=nft, not {self.algorithm!r}")
 
     @property
     def algorithm_config(self) -> GRPOConfig | PPOConfig | PolicyNFTConfig:
@@ -159,8 +152,6 @@ def make_trainer(cfg: FinetunePolicyConfig, policy, env: WorldModelEnv) -> FlowP
     trainer = ALGORITHMS[cfg.algorithm](policy, env, cfg.algorithm_config, seed=cfg.seed)
     if cfg.reference_policy:
         load_model_weights(trainer.reference, Path(cfg.reference_policy) / "model.safetensors")
-    if cfg.align.weight > 0:
-        trainer.align(paired_observations(env, cfg.align), cfg.align)
     return trainer
 
 

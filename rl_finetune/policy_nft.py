@@ -55,11 +55,6 @@ from rl_finetune.flow_policy_gradient import (
     imagine_chunks,
 )
 from rl_finetune.nft import NFTConfig, nft_loss, optimality_probability
-from rl_finetune.observation_alignment import (
-    ObservationAlignmentConfig,
-    PairedObservations,
-    alignment_loss,
-)
 from world_model.world_model_env import InitialStates, WorldModelEnv
 
 
@@ -102,12 +97,6 @@ class PolicyNFTTrainer(FlowPolicyTrainer):
         self.old = copy.deepcopy(policy).eval().requires_grad_(False)
         self.instructions: list[str] = []  # every instruction of the start states so far (hindsight)
         self.relabelled = 0.0  # share of the last iteration's episodes learnt again under another one
-        # Drawn/real observation pairs and their loss settings (rl_finetune/observation_alignment.py).
-        self.alignment: tuple[PairedObservations, ObservationAlignmentConfig] | None = None
-
-    def align(self, pairs: PairedObservations, cfg: ObservationAlignmentConfig) -> None:
-        """Add the alignment loss on `pairs` to every gradient step of the update."""
-        self.alignment = (pairs, cfg)
 
     def collect(self, starts: InitialStates, seed: int) -> Rollouts:
         cfg = self.cfg
@@ -185,12 +174,6 @@ class PolicyNFTTrainer(FlowPolicyTrainer):
                     v_old = self._velocity(self.old, batch, x, time)
                     v_ref = self._velocity(self.reference, batch, x, time)
                 loss, step_logs = nft_loss(v_theta, v_old, v_ref, chunk - noise, data.advantages[index], cfg)
-                if self.alignment is not None:
-                    pairs, align = self.alignment
-                    rows = torch.randint(len(pairs), (align.batch_size,), generator=generator)
-                    aligned = alignment_loss(policy, *pairs.batch(rows))
-                    loss = loss + align.weight * aligned
-                    step_logs = {**step_logs, "align/loss": aligned.item()}
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
