@@ -6,7 +6,8 @@ python finetune_policy.py --config configs/finetune/tiny.yaml \
 `--algorithm=grpo` (default: group-relative baseline, `rl_finetune/grpo.py`), `--algorithm=ppo` (a value
 head on the BC policy's observation features and GAE, `rl_finetune/ppo.py`; settings under `--ppo.*`) or
 `--algorithm=nft` (likelihood-free DiffusionNFT on the policy's own chunks, `rl_finetune/policy_nft.py`;
-settings under `--nft.*`).
+settings under `--nft.*`). `--eval.keep=best_imagined` ends with the evaluated weights of the highest
+imagined success (chosen without the simulator) instead of the last ones.
 
 Writes `<output_dir>/pretrained_model/` (the fine-tuned policy), `summary.json` (imagined vs sim success
 before/after, sim steps used for training (always 0) and for evaluation, wall time), `metrics.jsonl` and

@@ -76,6 +76,10 @@ class FinetuneEvalConfig:
     # Roll back and stop when imagined - sim success has moved by more than this since the BC policy's
     # evaluation (the BC policy's own gap is the world model's bias, present before any RL).
     max_gap: float = 0.25
+    # Which evaluated weights the run ends with: "last", or "best_imagined": those of the evaluation with the
+    # highest imagined success (the earliest of equals; the BC policy's counts). Chosen in imagination alone:
+    # the sim success beside it is reported, never read. Past a peak the policy can keep drifting from BC.
+    keep: str = "last"
     sim: SimEvalConfig = field(default_factory=lambda: SimEvalConfig(videos=0))
 
 
@@ -128,6 +132,8 @@ class FinetunePolicyConfig:
             raise ValueError("starts.source=dataset needs starts.dataset_root")
         if self.iterations < 1 or self.eval.every < 1 or self.eval.episodes < 1:
             raise ValueError("iterations, eval.every and eval.episodes must be >= 1")
+        if self.eval.keep not in ("last", "best_imagined"):
+            raise ValueError(f"eval.keep={self.eval.keep!r}; expected 'last' or 'best_imagined'")
         if self.cpu_budget_minutes < 0:
             raise ValueError(f"cpu_budget_minutes={self.cpu_budget_minutes}; expected >= 0 (0: no budget)")
         if self.algorithm not in ALGORITHMS:
@@ -257,6 +263,18 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
 
     if not evaluations:
         run_eval(0)
+    # eval.keep=best_imagined: the passed evaluation with the highest imagined success, its weights kept in
+    # output_dir/best_imagined/ (a resumed run reads them back).
+    best_dir = out / "best_imagined"
+
+    def keep_best(ev: dict) -> None:
+        with atomic_directory(best_dir) as tmp:
+            policy.save_pretrained(tmp / "pretrained_model")
+            save_json(ev, tmp / "evaluation.json")
+
+    if cfg.eval.keep == "best_imagined" and not (cfg.resume and best_dir.is_dir()):
+        keep_best(evaluations[0])
+    best = load_json(best_dir / "evaluation.json") if cfg.eval.keep == "best_imagined" else None
     metrics = open(out / "metrics.jsonl", "w")
     metrics.writelines(json.dumps(h) + "\n" for h in history)
     desc = f"{trainer.algorithm} in imagination"
@@ -291,6 +309,9 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
                 tqdm.write(stopped)
                 break
             good = {k: v.clone() for k, v in policy.state_dict().items()}
+            if best is not None and ev["imagined_success"] > best["imagined_success"]:
+                best = ev
+                keep_best(ev)
             loop_state = {
                 "rng": rng.bit_generator.state, "history": history, "evaluations": evaluations,
                 "train_sim_steps": train_sim_steps, "seconds": time.perf_counter() - t0,
@@ -307,6 +328,11 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         raise RuntimeError(
             f"training stepped the simulator {train_sim_steps} times; it must use imagination only"
         )
+    after = evaluations[-2] if rolled_back else evaluations[-1]
+    if best is not None and best["iteration"] != after["iteration"]:
+        load_model_weights(policy, best_dir / "pretrained_model" / "model.safetensors")
+        after = best
+        tqdm.write(f"kept the weights of iteration {best['iteration']}: the highest imagined success")
     policy.save_pretrained(out / "pretrained_model")
     summary = {
         "policy": cfg.policy.path,
@@ -320,7 +346,8 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         "cpu_seconds": None if c0 is None else time.process_time() - c0,
         "stopped": stopped,
         "before": evaluations[0],
-        "after": evaluations[-2] if rolled_back else evaluations[-1],
+        "after": after,
+        "kept": cfg.eval.keep,
         "evaluations": evaluations,
         "config": asdict(cfg),
     }

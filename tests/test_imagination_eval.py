@@ -281,3 +281,35 @@ def test_finetune_stops_with_an_evaluation_inside_its_cpu_budget(tmp_path, saved
     assert summary["after"] == summary["evaluations"][-1] and summary["after"]["iteration"] == 4
     with pytest.raises(ValueError, match="cpu_budget_minutes"):
         FinetunePolicyConfig(policy=PolicyPath(policies[0]), world_model=wm, cpu_budget_minutes=-1).validate()
+
+
+@pytest.mark.slow  # three GRPO iterations: ~5 s on the shared machine
+def test_finetune_can_keep_the_weights_imagination_rates_best(tmp_path, saved_models, monkeypatch):
+    from rl_finetune import policy_finetune
+    from vla.factory import load_policy
+
+    rates = iter([0.3, 0.4, 0.7, 0.5])  # BC, then iterations 1, 2, 3: iteration 2 is imagined best
+
+    def rated(*args):
+        return {**_no_drift(*args), "imagined_success": next(rates), "sim_success": 0.1}
+
+    monkeypatch.setattr(policy_finetune, "evaluate", rated)
+    wm, policies = saved_models
+    cfg = FinetunePolicyConfig(
+        policy=PolicyPath(policies[0]), world_model=wm, output_dir=str(tmp_path / "ft"), iterations=3,
+        env=WorldModelEnvConfig(horizon=4), keep_checkpoints=3,
+        grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
+        starts=StartsConfig(count=3, seed=0),
+        eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, sim=SIM, keep="best_imagined"),
+    )  # fmt: skip
+    summary = finetune(cfg)
+    assert summary["iterations_run"] == 3 and summary["after"]["iteration"] == 2
+    kept = load_policy(tmp_path / "ft" / "pretrained_model").state_dict()
+    second = load_policy(tmp_path / "ft" / "checkpoints" / "000002" / "pretrained_model").state_dict()
+    last = load_policy(tmp_path / "ft" / "checkpoints" / "000003" / "pretrained_model").state_dict()
+    assert all(torch.equal(kept[k], second[k]) for k in kept)
+    assert not all(torch.equal(kept[k], last[k]) for k in kept)
+    with pytest.raises(ValueError, match="eval.keep"):
+        FinetunePolicyConfig(
+            policy=PolicyPath("p"), world_model="w", eval=FinetuneEvalConfig(keep="best")
+        ).validate()
