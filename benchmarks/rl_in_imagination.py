@@ -173,8 +173,7 @@ def main() -> None:
         "finetune_cpu_minutes": None if cpu_seconds is None else cpu_seconds / 60,
         "iterations_run": summary["iterations_run"],
         "stopped": summary["stopped"],
-        # eval.keep: which evaluated weights the run ended with (best_imagined: chosen in imagination alone)
-        "kept": summary.get("kept"),
+        # the evaluated weights the run ended with (eval.keep, in finetune_config_resolved); None: the closed loop
         "kept_iteration": summary["after"]["iteration"] if "after" in summary else None,
         "in_loop_evaluations": summary["evaluations"],
         "learning_curve_png": str(Path(cfg.output_dir) / "learning_curve.png"),
