@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import sys
 
-from common.config import parse_cli
+from worldloop.common.config import parse_cli
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from real_robot.deploy import DeployConfig, deploy
+    from worldloop.real_robot.deploy import DeployConfig, deploy
 
     cfg = parse_cli(DeployConfig)
     try:

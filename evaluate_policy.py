@@ -27,13 +27,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.checkpoint import save_json
-from common.config import ConfigError, parse_cli
-from rl_finetune.imagination_eval import ImaginationEvalConfig
-from rl_finetune.policy_ranking import fold_cli_args, run_imagination
-from vla.factory import load_policy
-from vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
-from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
+from worldloop.common.checkpoint import save_json
+from worldloop.common.config import ConfigError, parse_cli
+from worldloop.rl_finetune.imagination_eval import ImaginationEvalConfig
+from worldloop.rl_finetune.policy_ranking import fold_cli_args, run_imagination
+from worldloop.vla.factory import load_policy
+from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
+from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 
 BACKENDS = ("sim", "imagination", "lerobot_env")
 

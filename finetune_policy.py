@@ -28,8 +28,8 @@ from __future__ import annotations
 import logging
 import os
 
-from common.config import parse_cli
-from rl_finetune.policy_finetune import FinetunePolicyConfig, finetune
+from worldloop.common.config import parse_cli
+from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig, finetune
 
 
 def main(args: list[str] | None = None) -> None:
@@ -37,7 +37,7 @@ def main(args: list[str] | None = None) -> None:
     os.environ.setdefault("MUJOCO_GL", "egl")
     cfg = parse_cli(FinetunePolicyConfig, args)
     if cfg.loop.rounds:
-        from rl_finetune.closed_loop import run_closed_loop
+        from worldloop.rl_finetune.closed_loop import run_closed_loop
 
         result = run_closed_loop(cfg)
         for r in result["rounds"]:

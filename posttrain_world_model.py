@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
-from common.config import parse_cli
-from rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining
+from worldloop.common.config import parse_cli
+from worldloop.rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining
 
 
 def main() -> None:

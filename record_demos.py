@@ -15,8 +15,8 @@ import logging
 import sys
 from pathlib import Path
 
-from common.config import parse_cli
-from data.recording import RecordingConfig, policy_recording_parts, record_demos, recording_part
+from worldloop.common.config import parse_cli
+from worldloop.data.recording import RecordingConfig, policy_recording_parts, record_demos, recording_part
 
 
 def main(args: list[str] | None = None) -> None:
@@ -24,7 +24,7 @@ def main(args: list[str] | None = None) -> None:
     cfg = parse_cli(RecordingConfig, args)
     try:
         if cfg.policies:
-            from vla.sim_recording import record_policies
+            from worldloop.vla.sim_recording import record_policies
 
             root = record_policies(cfg)
         else:

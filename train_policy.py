@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import os
 
-from common.config import parse_cli
-from vla.bc_training import TrainPolicyConfig, train_policy
+from worldloop.common.config import parse_cli
+from worldloop.vla.bc_training import TrainPolicyConfig, train_policy
 
 
 def main(args: list[str] | None = None) -> None:

@@ -7,8 +7,8 @@ accelerate launch --num_processes 2 train_world_model.py --config configs/world_
 
 from __future__ import annotations
 
-from common.config import parse_cli
-from world_model.trainer import TrainWorldModelConfig, train
+from worldloop.common.config import parse_cli
+from worldloop.world_model.trainer import TrainWorldModelConfig, train
 
 
 def main() -> None:

@@ -33,16 +33,16 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from real_robot.fusion import FuserConfig, make_fuser  # noqa: E402
-from real_robot.inference import (  # noqa: E402
+from worldloop.common.embodiment import TABLETOP_ARM  # noqa: E402
+from worldloop.real_robot.fusion import FuserConfig, make_fuser  # noqa: E402
+from worldloop.real_robot.inference import (  # noqa: E402
     InferenceRequest,
     PolicyRunner,
     SimulatedLatencyInference,
     ThreadedInference,
 )
-from real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep, run_realtime  # noqa: E402
-from real_robot.safety import SafetyLimiter  # noqa: E402
-from sim.embodiment import TABLETOP_ARM  # noqa: E402
+from worldloop.real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep, run_realtime  # noqa: E402
+from worldloop.real_robot.safety import SafetyLimiter  # noqa: E402
 
 SPEC = TABLETOP_ARM
 SPIN_S = RuntimeConfig.spin_s  # set from --spin_s
@@ -99,8 +99,8 @@ class ExpertChunkPolicy:
     so consecutive chunks continue one plan, as a well-trained policy's would."""
 
     def __init__(self, robot, chunk_size: int, inpaint: bool, sync_steps: int | None):
-        from sim.experts import ExpertConfig, ScriptedExpert
-        from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
+        from worldloop.sim.experts import ExpertConfig, ScriptedExpert
+        from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 
         self.robot = robot
         self.scratch = TabletopEnv(TabletopEnvConfig(task=robot.config.task, cameras=()))
@@ -240,11 +240,11 @@ def open_loop(args) -> list[dict]:
 
 
 def closed_loop(args) -> list[dict]:
-    from sim.robot import SimRobot, SimRobotConfig
+    from worldloop.sim.robot import SimRobot, SimRobotConfig
 
     vla = None
     if args.policy_path:
-        from real_robot.deploy import load_policy
+        from worldloop.real_robot.deploy import load_policy
 
         vla = load_policy(args.policy_path)
     rows = []
@@ -314,7 +314,7 @@ class BusyChunkModel:
 
 def serve_busy_model(compute_s: float, chunk_size: int, ports) -> None:
     """Child process: a localhost policy server around `BusyChunkModel` (inference without our GIL)."""
-    from real_robot.policy_server import PolicyServer
+    from worldloop.real_robot.policy_server import PolicyServer
 
     torch.set_num_threads(1)
     server = PolicyServer(BusyChunkModel(compute_s, chunk_size), SPEC.joint_names, "127.0.0.1", 0)
@@ -325,7 +325,7 @@ def serve_busy_model(compute_s: float, chunk_size: int, ports) -> None:
 def jitter(args) -> list[dict]:
     import multiprocessing
 
-    from real_robot.policy_server import RemotePolicyClient
+    from worldloop.real_robot.policy_server import RemotePolicyClient
 
     rows = []
     setups = [("ideal arm", None)]
@@ -336,7 +336,7 @@ def jitter(args) -> list[dict]:
     for label, robot_kind in setups:
         for mode, priority, where in variants:
             if robot_kind == "sim":
-                from sim.robot import SimRobot, SimRobotConfig
+                from worldloop.sim.robot import SimRobot, SimRobotConfig
 
                 robot = SimRobot(SimRobotConfig(task=args.task, control_hz=int(args.control_hz)))
                 robot.connect()

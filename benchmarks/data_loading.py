@@ -27,11 +27,11 @@ from torch.utils.data import DataLoader, Subset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
-from data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
-from data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features  # noqa: E402
-from data.windows import PolicySamples, WorldModelWindows  # noqa: E402
-from sim.embodiment import TABLETOP_ARM  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.embodiment import TABLETOP_ARM  # noqa: E402
+from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
+from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features  # noqa: E402
+from worldloop.data.windows import PolicySamples, WorldModelWindows  # noqa: E402
 
 
 @dataclass

@@ -15,8 +15,8 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from sim.experts import ExpertConfig, ScriptedExpert  # noqa: E402
-from sim.tabletop_env import TabletopEnv  # noqa: E402
+from worldloop.sim.experts import ExpertConfig, ScriptedExpert  # noqa: E402
+from worldloop.sim.tabletop_env import TabletopEnv  # noqa: E402
 
 SKILLS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 

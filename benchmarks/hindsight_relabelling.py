@@ -25,13 +25,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
-from common.rng import torch_seeded  # noqa: E402
-from rl_finetune.initial_states import from_sim_resets  # noqa: E402
-from sim.scene import CUBE_COLORS  # noqa: E402
-from vla.factory import load_policy  # noqa: E402
-from world_model.model import WorldModel  # noqa: E402
-from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.rng import torch_seeded  # noqa: E402
+from worldloop.rl_finetune.initial_states import from_sim_resets  # noqa: E402
+from worldloop.sim.scene import CUBE_COLORS  # noqa: E402
+from worldloop.vla.factory import load_policy  # noqa: E402
+from worldloop.world_model.model import WorldModel  # noqa: E402
+from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig  # noqa: E402
 
 
 @dataclass
@@ -59,7 +59,7 @@ def agreement(heads: np.ndarray, sim: np.ndarray) -> dict:
 
 @torch.no_grad()
 def main() -> None:
-    from sim.tabletop_env import TabletopEnv
+    from worldloop.sim.tabletop_env import TabletopEnv
 
     cfg = parse_cli(HindsightRelabellingConfig)
     torch.set_num_threads(cfg.threads)

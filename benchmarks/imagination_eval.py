@@ -25,11 +25,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
-from rl_finetune.imagination_eval import ImaginationEvalConfig  # noqa: E402
-from rl_finetune.policy_ranking import load_world_model_env, rank_policies, sim_starts  # noqa: E402
-from vla.sim_evaluation import SimEvalConfig  # noqa: E402
-from world_model.world_model_env import (  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.rl_finetune.imagination_eval import ImaginationEvalConfig  # noqa: E402
+from worldloop.rl_finetune.policy_ranking import load_world_model_env, rank_policies, sim_starts  # noqa: E402
+from worldloop.vla.sim_evaluation import SimEvalConfig  # noqa: E402
+from worldloop.world_model.world_model_env import (  # noqa: E402
     WorldModelEnv,
     WorldModelEnvConfig,
     from_dataset,
@@ -92,7 +92,7 @@ def sim_throughput(sim_cfg: SimEvalConfig, cameras: tuple[str, ...], image_size:
     """Simulated env steps per second (physics + rendering), one env after another, holding the arm still."""
     import gymnasium as gym
 
-    import sim
+    from worldloop import sim
 
     env = gym.make(
         sim.ENV_IDS[sim_cfg.task], image_size=image_size, cameras=cameras, max_steps=sim_cfg.max_steps
@@ -114,8 +114,8 @@ def speed_only(cfg: ImaginationEvalBenchmarkConfig) -> None:
 
     import yaml
 
-    from common.config import load_config
-    from world_model.model import WorldModel, WorldModelConfig
+    from worldloop.common.config import load_config
+    from worldloop.world_model.model import WorldModel, WorldModelConfig
 
     sim_cfg = SimEvalConfig(task=cfg.task, max_steps=cfg.horizon)
     if Path(cfg.world_model, "config.yaml").is_file():
@@ -162,9 +162,9 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
 
     import numpy as np
 
-    from data.dataset import DatasetConfig, EpisodeDataset
-    from rl_finetune.ranking import auroc, ranking_report
-    from world_model.model import WorldModel
+    from worldloop.data.dataset import DatasetConfig, EpisodeDataset
+    from worldloop.rl_finetune.ranking import auroc, ranking_report
+    from worldloop.world_model.model import WorldModel
 
     wm = WorldModel.from_pretrained(cfg.world_model)
     env = WorldModelEnv(wm, WorldModelEnvConfig(horizon=cfg.horizon, sampler_steps=cfg.sampler_steps))

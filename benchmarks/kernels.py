@@ -29,10 +29,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
-from cuda_ext.adaln import adaln_modulate_reference, gated_residual_adaln_reference
-from cuda_ext.attention import frame_causal_mask
-from cuda_ext.denoise import denoise_step_reference
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.cuda_ext.adaln import adaln_modulate_reference, gated_residual_adaln_reference
+from worldloop.cuda_ext.attention import frame_causal_mask
+from worldloop.cuda_ext.denoise import denoise_step_reference
 
 
 @dataclass
@@ -136,7 +136,7 @@ def attention_methods(
         methods["xformers_bias"] = xformers_bias
     except ImportError:
         print("xformers is not installed: its column is skipped")
-    from cuda_ext.triton_kernels.attention import triton_block_causal_attention
+    from worldloop.cuda_ext.triton_kernels.attention import triton_block_causal_attention
 
     methods["triton_block_causal"] = lambda q, k, v: triton_block_causal_attention(
         q, k, v, frame_len, window, None, teacher_forced
@@ -189,7 +189,7 @@ def bench_elementwise(cfg, device, dtype, adaln_shapes, latent_shapes) -> list[d
         for op, (reference, args) in ops.items():
             methods = {"eager": reference}
             if device.type == "cuda":
-                from cuda_ext.triton_kernels import adaln as triton_adaln
+                from worldloop.cuda_ext.triton_kernels import adaln as triton_adaln
 
                 methods["torch_compile"] = torch.compile(reference)
                 methods["triton"] = getattr(triton_adaln, f"triton_{op}")
@@ -206,8 +206,8 @@ def bench_elementwise(cfg, device, dtype, adaln_shapes, latent_shapes) -> list[d
 
         methods = {"eager": eager}
         if device.type == "cuda":
-            from cuda_ext.cuda_build import cuda_build_problem
-            from cuda_ext.fused_denoise import fused_denoise_step
+            from worldloop.cuda_ext.cuda_build import cuda_build_problem
+            from worldloop.cuda_ext.fused_denoise import fused_denoise_step
 
             methods["torch_compile"] = torch.compile(eager)
             methods["triton"] = lambda x, vc, vu, dt: fused_denoise_step(

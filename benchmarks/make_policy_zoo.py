@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.checkpoint import load_json, save_json  # noqa: E402
-from common.config import ConfigError, parse_cli  # noqa: E402
-from vla.factory import load_policy  # noqa: E402
-from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim  # noqa: E402
+from worldloop.common.checkpoint import load_json, save_json  # noqa: E402
+from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
+from worldloop.vla.factory import load_policy  # noqa: E402
+from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim  # noqa: E402
 
 
 @dataclass

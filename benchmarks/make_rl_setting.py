@@ -31,9 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.checkpoint import load_json, save_json  # noqa: E402
-from common.config import ConfigError, parse_cli  # noqa: E402
-from rl_finetune.quickstart import REPO, Stage, run_stages  # noqa: E402
+from worldloop.common.checkpoint import load_json, save_json  # noqa: E402
+from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
+from worldloop.rl_finetune.quickstart import REPO, Stage, run_stages  # noqa: E402
 
 
 @dataclass
@@ -257,8 +257,8 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
 
 def evaluate_snapshots(cfg: RLSettingConfig, bc: Path, cache: Path) -> list[dict]:
     """Sim success of every candidate snapshot, on the same seeds; kept in `cache` so a rerun is free."""
-    from vla.factory import load_policy
-    from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
+    from worldloop.vla.factory import load_policy
+    from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 
     done = {r["step"]: r for r in (load_json(cache) if cache.is_file() else [])}
     sim_cfg = SimEvalConfig(task=cfg.task, videos=0)

@@ -21,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
-from vla.bc_training import TrainPolicyConfig, train_policy  # noqa: E402
-from vla.factory import load_policy  # noqa: E402
-from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.vla.bc_training import TrainPolicyConfig, train_policy  # noqa: E402
+from worldloop.vla.factory import load_policy  # noqa: E402
+from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim  # noqa: E402
 
 
 @dataclass

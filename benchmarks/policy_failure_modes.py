@@ -27,12 +27,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
-from sim.scene import CUBE_COLORS  # noqa: E402
-from sim.tasks import REACH_RADIUS  # noqa: E402
-from vla.factory import load_policy  # noqa: E402
-from vla.sim_evaluation import SimEvalConfig  # noqa: E402
-from vla.sim_recording import KeepsLastObservation, PolicyActor  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.sim.scene import CUBE_COLORS  # noqa: E402
+from worldloop.sim.tasks import REACH_RADIUS  # noqa: E402
+from worldloop.vla.factory import load_policy  # noqa: E402
+from worldloop.vla.sim_evaluation import SimEvalConfig  # noqa: E402
+from worldloop.vla.sim_recording import KeepsLastObservation, PolicyActor  # noqa: E402
 
 
 @dataclass
@@ -83,7 +83,7 @@ def run_episode(
 
 
 def main() -> None:
-    from sim.tabletop_env import TabletopEnv
+    from worldloop.sim.tabletop_env import TabletopEnv
 
     cfg = parse_cli(FailureModesConfig)
     torch.set_num_threads(cfg.threads)

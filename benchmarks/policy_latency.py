@@ -22,11 +22,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
-from data.features import ACTION, STATE, TASK, image_key  # noqa: E402
-from data.stats import compute_stats  # noqa: E402
-from vla.bc_training import TrainPolicyConfig  # noqa: E402
-from vla.factory import make_policy  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.data.features import ACTION, STATE, TASK, image_key  # noqa: E402
+from worldloop.data.stats import compute_stats  # noqa: E402
+from worldloop.vla.bc_training import TrainPolicyConfig  # noqa: E402
+from worldloop.vla.factory import make_policy  # noqa: E402
 
 
 @dataclass

@@ -28,12 +28,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import ConfigError, parse_cli  # noqa: E402
-from rl_finetune.closed_loop import run_closed_loop  # noqa: E402
-from rl_finetune.policy_finetune import FinetunePolicyConfig, finetune  # noqa: E402
-from rl_finetune.sim_steps import count_sim_steps  # noqa: E402
-from vla.factory import load_policy  # noqa: E402
-from vla.sim_evaluation import evaluate_in_sim  # noqa: E402
+from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
+from worldloop.rl_finetune.closed_loop import run_closed_loop  # noqa: E402
+from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig, finetune  # noqa: E402
+from worldloop.rl_finetune.sim_steps import count_sim_steps  # noqa: E402
+from worldloop.vla.factory import load_policy  # noqa: E402
+from worldloop.vla.sim_evaluation import evaluate_in_sim  # noqa: E402
 
 
 @dataclass
@@ -62,10 +62,10 @@ class RLInImaginationBenchmarkConfig:
 def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig) -> None:
     import time
 
-    from rl_finetune.flow_policy_gradient import mixed_starts
-    from rl_finetune.policy_finetune import make_trainer, training_starts
-    from world_model.model import WorldModel
-    from world_model.world_model_env import WorldModelEnv
+    from worldloop.rl_finetune.flow_policy_gradient import mixed_starts
+    from worldloop.rl_finetune.policy_finetune import make_trainer, training_starts
+    from worldloop.world_model.model import WorldModel
+    from worldloop.world_model.world_model_env import WorldModelEnv
 
     env = WorldModelEnv(WorldModel.from_pretrained(cfg.world_model), ft_cfg.env)
     trainer = make_trainer(ft_cfg, load_policy(cfg.policy), env)

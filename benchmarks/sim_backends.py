@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
 from benchmarks.expert_success import evaluate as evaluate_expert  # noqa: E402
-from sim.backends import SIM_BACKENDS  # noqa: E402
-from sim.tabletop_env import TabletopEnv  # noqa: E402
+from worldloop.sim.backends import SIM_BACKENDS  # noqa: E402
+from worldloop.sim.tabletop_env import TabletopEnv  # noqa: E402
 
 CAMERAS = ("front", "wrist")
 PARITY_POINTS = 10.0  # issue 9: expert success within 10 points across backends
@@ -86,7 +86,7 @@ def speed(backend: str, image_size: int, steps: int, repeats: int) -> dict:
 
 
 def policy_success(backend: str, policy, task: str, episodes: int, seed: int, batch_envs: int) -> dict:
-    from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
+    from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 
     cfg = SimEvalConfig(task=task, batch_envs=batch_envs, videos=0, backend=backend)
     summary = evaluate_in_sim(policy, cfg, episodes, seed, video_dir=None, progress_bar=True)
@@ -134,7 +134,7 @@ def main() -> None:
     if args.policy:
         row = {"who": "policy", "task": args.policy_task}
         row["episodes"] = args.policy_episodes
-        from vla.factory import load_policy
+        from worldloop.vla.factory import load_policy
 
         policy = load_policy(args.policy, "cpu")  # loaded once: both backends see the same weights
         for b in args.backends:

@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from sim.tabletop_env import TabletopEnv  # noqa: E402
+from worldloop.sim.tabletop_env import TabletopEnv  # noqa: E402
 
 CAMERAS = ("front", "wrist")
 

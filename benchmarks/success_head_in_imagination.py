@@ -30,14 +30,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
-from rl_finetune.imagination_eval import evaluate_in_imagination  # noqa: E402
-from rl_finetune.policy_ranking import reached_along_imagined_paths, sim_starts  # noqa: E402
-from rl_finetune.ranking import auroc  # noqa: E402
-from vla.factory import load_policy  # noqa: E402
-from vla.sim_evaluation import SimEvalConfig  # noqa: E402
-from world_model.model import WorldModel  # noqa: E402
-from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.rl_finetune.imagination_eval import evaluate_in_imagination  # noqa: E402
+from worldloop.rl_finetune.policy_ranking import reached_along_imagined_paths, sim_starts  # noqa: E402
+from worldloop.rl_finetune.ranking import auroc  # noqa: E402
+from worldloop.vla.factory import load_policy  # noqa: E402
+from worldloop.vla.sim_evaluation import SimEvalConfig  # noqa: E402
+from worldloop.world_model.model import WorldModel  # noqa: E402
+from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig  # noqa: E402
 
 
 @dataclass

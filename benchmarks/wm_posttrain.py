@@ -30,18 +30,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
-from data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
-from data.windows import WorldModelWindows  # noqa: E402
-from rl_finetune.rollout_stability import FidelityRewardConfig  # noqa: E402
-from rl_finetune.wm_posttrain import check_embodiment  # noqa: E402
-from rl_finetune.wm_posttrain_eval import (  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec  # noqa: E402
+from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
+from worldloop.data.windows import WorldModelWindows  # noqa: E402
+from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig  # noqa: E402
+from worldloop.rl_finetune.wm_posttrain import check_embodiment  # noqa: E402
+from worldloop.rl_finetune.wm_posttrain_eval import (  # noqa: E402
     executability_summary,
     fidelity_summary,
     held_out_rollouts,
 )
-from sim.embodiment import TABLETOP_ARM, EmbodimentSpec  # noqa: E402
-from world_model.model import WorldModel  # noqa: E402
+from worldloop.world_model.model import WorldModel  # noqa: E402
 
 HORIZONS = (1, 10, 20, 30)
 
@@ -59,7 +59,9 @@ class WMPosttrainBenchmarkConfig:
     batch_size: int = 8
     # The clip score of the win rate; --fidelity.lpips_weight > 0 adds LPIPS (local weights only).
     fidelity: FidelityRewardConfig = field(default_factory=FidelityRewardConfig)
-    embodiment: str = TABLETOP_ARM.name  # the arm whose limits judge the decoded actions (sim/embodiment.py)
+    embodiment: str = (
+        TABLETOP_ARM.name
+    )  # the arm whose limits judge the decoded actions (common/embodiment.py)
     name: str = "wm_posttrain"  # the result file: benchmarks/results/<name>.json
     candidates: int = 8  # rollouts of the before-model per start state for the spread figures; 0 skips
     candidate_sampler_steps: int = 0  # denoising steps per frame of those rollouts; 0 -> the model's own

@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from common.config import parse_cli  # noqa: E402
-from data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
-from world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, ssim  # noqa: E402
-from world_model.model import WorldModel  # noqa: E402
-from world_model.trainer import EvalConfig, held_out_windows  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
+from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, ssim  # noqa: E402
+from worldloop.world_model.model import WorldModel  # noqa: E402
+from worldloop.world_model.trainer import EvalConfig, held_out_windows  # noqa: E402
 
 
 @dataclass

@@ -35,7 +35,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from common.checkpoint import (
+from worldloop.common.checkpoint import (
     atomic_directory,
     atomic_write_text,
     load_json,
@@ -45,7 +45,7 @@ from common.checkpoint import (
     save_tensors,
     save_torch,
 )
-from common.ema import EMA
+from worldloop.common.ema import EMA
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
 SaveFn = Callable[[nn.Module, Path], None]

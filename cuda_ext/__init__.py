@@ -5,10 +5,10 @@ extension), elsewhere the PyTorch reference; `WORLDLOOP_KERNELS=off|triton|cuda|
 (see `cuda_ext.backend`). Nothing here is required on CPU: Triton is imported only when a kernel runs.
 """
 
-from cuda_ext.adaln import adaln_modulate, gated_residual, gated_residual_adaln
-from cuda_ext.attention import block_causal_attention, frame_causal_mask
-from cuda_ext.backend import BACKENDS, resolve_backend
-from cuda_ext.denoise import denoise_step, guided_velocity
+from worldloop.cuda_ext.adaln import adaln_modulate, gated_residual, gated_residual_adaln
+from worldloop.cuda_ext.attention import block_causal_attention, frame_causal_mask
+from worldloop.cuda_ext.backend import BACKENDS, resolve_backend
+from worldloop.cuda_ext.denoise import denoise_step, guided_velocity
 
 __all__ = [
     "BACKENDS",

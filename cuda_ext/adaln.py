@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from cuda_ext.backend import resolve_backend, unsupported_dtype
+from worldloop.cuda_ext.backend import resolve_backend, unsupported_dtype
 
 MAX_KERNEL_CHANNELS = 16384  # the Triton kernels hold one token row in registers
 
@@ -92,7 +92,7 @@ def adaln_modulate(
     path = resolve_backend("adaln_modulate", backend, x.device, unsupported=_unsupported(x, shift, scale))
     if path == "reference":
         return adaln_modulate_reference(x, shift, scale, frame_len, eps)
-    from cuda_ext.triton_kernels.adaln import triton_adaln_modulate
+    from worldloop.cuda_ext.triton_kernels.adaln import triton_adaln_modulate
 
     return triton_adaln_modulate(x, shift, scale, frame_len, eps)
 
@@ -111,7 +111,7 @@ def gated_residual(
     path = resolve_backend("gated_residual", backend, residual.device, unsupported=unsupported)
     if path == "reference":
         return gated_residual_reference(residual, y, gate, frame_len)
-    from cuda_ext.triton_kernels.adaln import triton_gated_residual
+    from worldloop.cuda_ext.triton_kernels.adaln import triton_gated_residual
 
     return triton_gated_residual(residual, y, gate, frame_len)
 
@@ -140,6 +140,6 @@ def gated_residual_adaln(
     path = resolve_backend("gated_residual_adaln", backend, residual.device, unsupported=unsupported)
     if path == "reference":
         return gated_residual_adaln_reference(residual, y, gate, shift, scale, frame_len, eps)
-    from cuda_ext.triton_kernels.adaln import triton_gated_residual_adaln
+    from worldloop.cuda_ext.triton_kernels.adaln import triton_gated_residual_adaln
 
     return triton_gated_residual_adaln(residual, y, gate, shift, scale, frame_len, eps)

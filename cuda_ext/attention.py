@@ -18,7 +18,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from cuda_ext.backend import resolve_backend, unsupported_dtype
+from worldloop.cuda_ext.backend import resolve_backend, unsupported_dtype
 
 
 def _times(positions: torch.Tensor, frame_len: int, clean_frames: int | None):
@@ -119,6 +119,6 @@ def block_causal_attention(
     path = resolve_backend("block_causal_attention", backend, q.device, unsupported=unsupported)
     if path == "reference":
         return block_causal_attention_reference(q, k, v, frame_len, window, scale, teacher_forced)
-    from cuda_ext.triton_kernels.attention import triton_block_causal_attention
+    from worldloop.cuda_ext.triton_kernels.attention import triton_block_causal_attention
 
     return triton_block_causal_attention(q, k, v, frame_len, window, scale, teacher_forced)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from cuda_ext.backend import resolve_backend, unsupported_dtype
+from worldloop.cuda_ext.backend import resolve_backend, unsupported_dtype
 
 
 def guided_velocity(
@@ -85,6 +85,6 @@ def denoise_step(
     )
     if path == "reference":
         return denoise_step_reference(x, v_cond, dt, v_uncond, guidance_scale, clamp, v_first)
-    from cuda_ext.fused_denoise import fused_denoise_step
+    from worldloop.cuda_ext.fused_denoise import fused_denoise_step
 
     return fused_denoise_step(x, v_cond, dt, v_uncond, guidance_scale, clamp, v_first, path)

@@ -17,14 +17,14 @@ class _FusedDenoiseStep(torch.autograd.Function):
         v_uncond = v_uncond.contiguous() if v_uncond is not None else None
         v_first = v_first.contiguous() if v_first is not None else None
         if path == "cuda":
-            from cuda_ext.cuda_build import load_denoise_extension
+            from worldloop.cuda_ext.cuda_build import load_denoise_extension
 
             out = load_denoise_extension().denoise_step(
                 x, v_cond, v_uncond, v_first, dt_per_sample, float(guidance_scale),
                 clamp is not None, *(clamp or (0.0, 0.0)),
             )  # fmt: skip
         else:
-            from cuda_ext.triton_kernels.denoise import triton_denoise_step
+            from worldloop.cuda_ext.triton_kernels.denoise import triton_denoise_step
 
             out = triton_denoise_step(x, v_cond, dt_per_sample, v_uncond, guidance_scale, clamp, v_first)
         ctx.save_for_backward(x, v_cond, v_uncond, v_first, dt_per_sample)

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from datasets.utils import logging as hf_logging
 
-from common.checkpoint import atomic_write_text
-from data.features import lerobot_features
-from data.recording import RECORDING_META, _record_episode
+from worldloop.common.checkpoint import atomic_write_text
+from worldloop.data.features import lerobot_features
+from worldloop.data.recording import RECORDING_META, _record_episode
 
 
 def record_actor_episodes(

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from data.features import ACTION, DONE, IMAGE_PREFIX, REWARD, STATE, SUCCESS, camera_of, image_key
-from data.images import check_resize_mode, resize_frames
+from worldloop.data.features import ACTION, DONE, IMAGE_PREFIX, REWARD, STATE, SUCCESS, camera_of, image_key
+from worldloop.data.images import check_resize_mode, resize_frames
 
 # Files lerobot would otherwise try to download from the hub when they are missing.
 _REQUIRED_META_FILES = ("meta/info.json", "meta/tasks.parquet", "meta/episodes")

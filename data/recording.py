@@ -21,10 +21,10 @@ import numpy as np
 from datasets.utils import logging as hf_logging
 from tqdm import tqdm
 
-from common.checkpoint import atomic_write_text
-from data.features import ACTION, DONE, REWARD, SUCCESS, TASK, lerobot_features
-from sim.experts import ExpertConfig, ScriptedExpert
-from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
+from worldloop.common.checkpoint import atomic_write_text
+from worldloop.data.features import ACTION, DONE, REWARD, SUCCESS, TASK, lerobot_features
+from worldloop.sim.experts import ExpertConfig, ScriptedExpert
+from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def record_demos(cfg: RecordingConfig) -> Path:
     prepare_root(root, cfg.overwrite)
     if not cfg.include:
         return _record_scripted(cfg, root)
-    from data.actor_recording import grow_dataset
+    from worldloop.data.actor_recording import grow_dataset
 
     part = recording_part(root)
     shutil.rmtree(part, ignore_errors=True)

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from common.checkpoint import load_json, save_json
-from data.dataset import DatasetError, EpisodeDataset
-from data.features import ACTION, STATE
+from worldloop.common.checkpoint import load_json, save_json
+from worldloop.data.dataset import DatasetError, EpisodeDataset
+from worldloop.data.features import ACTION, STATE
 
 STAT_FIELDS = ("mean", "std", "min", "max", "q01", "q99")
 NORMALIZED_KEYS = (STATE, ACTION)

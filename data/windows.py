@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch.utils.data import Dataset
 
-from data.dataset import DatasetError, EpisodeDataset
-from data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key
+from worldloop.data.dataset import DatasetError, EpisodeDataset
+from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key
 
 
 def _to_uint8(images: torch.Tensor) -> torch.Tensor:

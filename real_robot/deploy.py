@@ -15,13 +15,13 @@ import numpy as np
 import torch
 from lerobot.robots import RobotConfig
 
-from real_robot.fusion import FuserConfig, make_fuser
-from real_robot.inference import PolicyRunner, ThreadedInference
-from real_robot.policy_server import RemotePolicyClient, start_server_process
-from real_robot.recorder import EpisodeRecorder, RecordConfig
-from real_robot.robots import EMBODIMENTS, SimRobotConfig, embodiment_for, make_robot
-from real_robot.runtime import ControlRuntime, RobotIO, RunLog, RuntimeConfig, run_realtime
-from real_robot.safety import SafetyConfig, SafetyLimiter
+from worldloop.real_robot.fusion import FuserConfig, make_fuser
+from worldloop.real_robot.inference import PolicyRunner, ThreadedInference
+from worldloop.real_robot.policy_server import RemotePolicyClient, start_server_process
+from worldloop.real_robot.recorder import EpisodeRecorder, RecordConfig
+from worldloop.real_robot.robots import EMBODIMENTS, SimRobotConfig, embodiment_for, make_robot
+from worldloop.real_robot.runtime import ControlRuntime, RobotIO, RunLog, RuntimeConfig, run_realtime
+from worldloop.real_robot.safety import SafetyConfig, SafetyLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def check_policy_path(path: str | None) -> None:
 
 def load_policy(path: str | None):
     check_policy_path(path)
-    from vla.factory import load_policy as load
+    from worldloop.vla.factory import load_policy as load
 
     return load(path)
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from data.features import STATE, TASK, image_key
-from data.images import RESIZE_MODES, resize_frames
-from vla.policy import Policy
+from worldloop.data.features import STATE, TASK, image_key
+from worldloop.data.images import RESIZE_MODES, resize_frames
+from worldloop.vla.policy import Policy
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from real_robot.inference import InferenceRequest, PolicyRunner
+from worldloop.real_robot.inference import InferenceRequest, PolicyRunner
 
 logger = logging.getLogger(__name__)
 
@@ -137,8 +137,8 @@ def serve_pretrained(
     """Load a policy and serve it until the process ends; `ready.put((host, port))` once listening."""
     import torch
 
-    from real_robot.deploy import load_policy
-    from real_robot.robots import EMBODIMENTS
+    from worldloop.real_robot.deploy import load_policy
+    from worldloop.real_robot.robots import EMBODIMENTS
 
     if robot_type not in EMBODIMENTS:
         raise ValueError(f"robot_type: expected one of {sorted(EMBODIMENTS)}, got {robot_type!r}")
@@ -181,7 +181,7 @@ class PolicyServerConfig:
 
 
 def main() -> None:
-    from common.config import parse_cli
+    from worldloop.common.config import parse_cli
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = parse_cli(PolicyServerConfig)

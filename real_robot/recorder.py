@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data.features import ACTION, DONE, REWARD, STATE, SUCCESS, image_key, lerobot_features
+from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, image_key, lerobot_features
 
 logger = logging.getLogger(__name__)
 

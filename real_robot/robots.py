@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from lerobot.robots import RobotConfig, make_robot_from_config
 
-from sim.embodiment import SO101_ARM, TABLETOP_ARM, EmbodimentSpec
+from worldloop.common.embodiment import SO101_ARM, TABLETOP_ARM, EmbodimentSpec
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def embodiment_for(cfg: RobotConfig) -> EmbodimentSpec:
     if spec is None:
         raise ValueError(
             f"robot.type={cfg.type!r}: no embodiment spec (joint limits) is known for it; add one to "
-            f"real_robot.robots.EMBODIMENTS (known: {', '.join(sorted(EMBODIMENTS))})"
+            f"worldloop.real_robot.robots.EMBODIMENTS (known: {', '.join(sorted(EMBODIMENTS))})"
         )
     return spec
 
@@ -67,8 +67,8 @@ def embodiment_for(cfg: RobotConfig) -> EmbodimentSpec:
 def make_robot(cfg: RobotConfig, control_hz: float):
     """The robot driver for `cfg` (not yet connected)."""
     if isinstance(cfg, SimRobotConfig):
-        from sim.robot import SimRobot
-        from sim.robot import SimRobotConfig as SimDriverConfig
+        from worldloop.sim.robot import SimRobot
+        from worldloop.sim.robot import SimRobotConfig as SimDriverConfig
 
         if control_hz != int(control_hz):
             raise ValueError(f"runtime.control_hz={control_hz}: the sim robot needs a whole number of Hz")

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from real_robot.fusion import Chunk, ChunkFuser
-from real_robot.inference import InferenceRequest
-from real_robot.safety import SafetyLimiter
-from real_robot.watchdog import Watchdog
-from sim.embodiment import EmbodimentSpec
+from worldloop.common.embodiment import EmbodimentSpec
+from worldloop.real_robot.fusion import Chunk, ChunkFuser
+from worldloop.real_robot.inference import InferenceRequest
+from worldloop.real_robot.safety import SafetyLimiter
+from worldloop.real_robot.watchdog import Watchdog
 
 logger = logging.getLogger(__name__)
 

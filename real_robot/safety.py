@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from real_robot.fusion.base import KinematicState
-from sim.embodiment import EmbodimentSpec
+from worldloop.common.embodiment import EmbodimentSpec
+from worldloop.real_robot.fusion.base import KinematicState
 
 logger = logging.getLogger(__name__)
 

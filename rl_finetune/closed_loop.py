@@ -35,19 +35,19 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import ConcatDataset, Dataset, Subset
 
-from common.checkpoint import save_json
-from common.training import run_training
-from data.actor_recording import grow_dataset
-from data.dataset import DatasetConfig
-from data.features import IMAGE_PREFIX
-from data.windows import WorldModelWindows
-from rl_finetune.closed_loop_config import LoopConfig
-from rl_finetune.policy_finetune import FinetunePolicyConfig, PolicyPath, finetune
-from rl_finetune.sim_steps import count_sim_steps
-from vla.factory import load_policy
-from vla.sim_recording import record_policy_episodes as record_sim_episodes
-from world_model.model import WorldModel
-from world_model.trainer import TrainWorldModelConfig, calibrate_exported, open_dataset
+from worldloop.common.checkpoint import save_json
+from worldloop.common.training import run_training
+from worldloop.data.actor_recording import grow_dataset
+from worldloop.data.dataset import DatasetConfig
+from worldloop.data.features import IMAGE_PREFIX
+from worldloop.data.windows import WorldModelWindows
+from worldloop.rl_finetune.closed_loop_config import LoopConfig
+from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig, PolicyPath, finetune
+from worldloop.rl_finetune.sim_steps import count_sim_steps
+from worldloop.vla.factory import load_policy
+from worldloop.vla.sim_recording import record_policy_episodes as record_sim_episodes
+from worldloop.world_model.model import WorldModel
+from worldloop.world_model.trainer import TrainWorldModelConfig, calibrate_exported, open_dataset
 
 
 def recorded_cameras(dataset_root: str) -> tuple[tuple[str, ...], int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common.training import TrainLoopConfig
+from worldloop.common.training import TrainLoopConfig
 
 
 def _world_model_train() -> TrainLoopConfig:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sim.embodiment import EmbodimentSpec
+from worldloop.common.embodiment import EmbodimentSpec
 
 TERMS = ("velocity", "acceleration", "jerk", "violation_rate", "following_error")
 

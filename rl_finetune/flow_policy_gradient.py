@@ -26,9 +26,9 @@ from typing import ClassVar
 
 import torch
 
-from data.features import IMAGE_PREFIX, STATE, TASK, camera_of, image_key
-from vla.flow_vla import flow_matching
-from world_model.world_model_env import InitialStates, WorldModelEnv
+from worldloop.data.features import IMAGE_PREFIX, STATE, TASK, camera_of, image_key
+from worldloop.vla.flow_vla import flow_matching
+from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
 
 
 @dataclass

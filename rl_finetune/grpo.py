@@ -24,14 +24,14 @@ from typing import ClassVar
 
 import torch
 
-from rl_finetune.flow_policy_gradient import (
+from worldloop.rl_finetune.flow_policy_gradient import (
     FlowPolicyGradientConfig,
     FlowPolicyTrainer,
     Rollouts,
     flatten,
     imagine_chunks,
 )
-from world_model.world_model_env import InitialStates
+from worldloop.world_model.world_model_env import InitialStates
 
 
 @dataclass

@@ -20,12 +20,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from common.rng import torch_seeded
-from data.features import image_key
-from sim.embodiment import TABLETOP_ARM
-from vla.policy import Policy
-from vla.sim_evaluation import wilson_interval
-from world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.common.rng import torch_seeded
+from worldloop.data.features import image_key
+from worldloop.vla.policy import Policy
+from worldloop.vla.sim_evaluation import wilson_interval
+from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
 
 
 @dataclass
@@ -36,7 +36,7 @@ class ImaginationEvalConfig:
     success_threshold: float = 0.0  # 0 -> the world model's calibrated heads.success_threshold
     batch_envs: int = 10  # episodes imagined together
     videos: int = 4  # episodes written as mp4; 0 for none
-    # The arm the world model acts for (a name in sim/embodiment.py): the imagined servo state's limits.
+    # The arm the world model acts for (a name in common/embodiment.py): the imagined servo state's limits.
     embodiment: str = TABLETOP_ARM.name
     # "" -> episodes start from simulator resets (the tabletop arm only); else a LeRobotDataset v3 directory
     # whose first `episodes` episodes give the first frames (no simulator: --compare-sim is not possible).

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from data.features import STATE, image_key
-from world_model.world_model_env import InitialStates
+from worldloop.data.features import STATE, image_key
+from worldloop.world_model.world_model_env import InitialStates
 
 
 def from_sim_observations(

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from common.checkpoint import (
+from worldloop.common.checkpoint import (
     atomic_directory,
     load_json,
     load_model_weights,
@@ -38,19 +38,19 @@ from common.checkpoint import (
     save_json,
     save_torch,
 )
-from rl_finetune.closed_loop_config import LoopConfig
-from rl_finetune.flow_policy_gradient import FlowPolicyTrainer
-from rl_finetune.grpo import GRPOConfig, GRPOTrainer
-from rl_finetune.imagination_eval import check_cameras, evaluate_in_imagination
-from rl_finetune.policy_nft import PolicyNFTConfig, PolicyNFTTrainer
-from rl_finetune.policy_ranking import dataset_starts, sim_starts
-from rl_finetune.ppo import PPOConfig, PPOTrainer
-from rl_finetune.sim_steps import count_sim_steps
-from sim.embodiment import TABLETOP_ARM, embodiment_by_name
-from vla.factory import load_policy
-from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
-from world_model.model import WorldModel
-from world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
+from worldloop.common.embodiment import TABLETOP_ARM, embodiment_by_name
+from worldloop.rl_finetune.closed_loop_config import LoopConfig
+from worldloop.rl_finetune.flow_policy_gradient import FlowPolicyTrainer
+from worldloop.rl_finetune.grpo import GRPOConfig, GRPOTrainer
+from worldloop.rl_finetune.imagination_eval import check_cameras, evaluate_in_imagination
+from worldloop.rl_finetune.policy_nft import PolicyNFTConfig, PolicyNFTTrainer
+from worldloop.rl_finetune.policy_ranking import dataset_starts, sim_starts
+from worldloop.rl_finetune.ppo import PPOConfig, PPOTrainer
+from worldloop.rl_finetune.sim_steps import count_sim_steps
+from worldloop.vla.factory import load_policy
+from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
+from worldloop.world_model.model import WorldModel
+from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
 
 
 @dataclass
@@ -87,7 +87,7 @@ class FinetuneEvalConfig:
 class FinetunePolicyConfig:
     policy: PolicyPath = field(default_factory=PolicyPath)
     world_model: str = ""  # a pretrained world-model directory
-    # The arm the world model acts for (a name in sim/embodiment.py). Held-out evaluation runs in the
+    # The arm the world model acts for (a name in common/embodiment.py). Held-out evaluation runs in the
     # MuJoCo simulator, so only its arm can be fine-tuned today; another name fails in validate().
     embodiment: str = TABLETOP_ARM.name
     output_dir: str = "outputs/finetune/tiny"

@@ -44,9 +44,9 @@ from typing import ClassVar
 
 import torch
 
-from common.ema import follow
-from data.features import TASK
-from rl_finetune.flow_policy_gradient import (
+from worldloop.common.ema import follow
+from worldloop.data.features import TASK
+from worldloop.rl_finetune.flow_policy_gradient import (
     FlowPolicyTrainer,
     ImaginedChunks,
     ImaginedRLConfig,
@@ -54,8 +54,8 @@ from rl_finetune.flow_policy_gradient import (
     flatten,
     imagine_chunks,
 )
-from rl_finetune.nft import NFTConfig, nft_loss, optimality_probability
-from world_model.world_model_env import InitialStates, WorldModelEnv
+from worldloop.rl_finetune.nft import NFTConfig, nft_loss, optimality_probability
+from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
 
 
 @dataclass

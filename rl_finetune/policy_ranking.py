@@ -15,25 +15,25 @@ from pathlib import Path
 
 import numpy as np
 
-from common.checkpoint import save_json
-from common.config import ConfigError
-from data.dataset import DatasetConfig, EpisodeDataset
-from rl_finetune.imagination_eval import (
+from worldloop.common.checkpoint import save_json
+from worldloop.common.config import ConfigError
+from worldloop.common.embodiment import TABLETOP_ARM, embodiment_by_name
+from worldloop.data.dataset import DatasetConfig, EpisodeDataset
+from worldloop.rl_finetune.imagination_eval import (
     ImaginationEvalConfig,
     evaluate_in_imagination,
     side_by_side,
     write_video,
 )
-from rl_finetune.initial_states import from_sim_resets
-from rl_finetune.ranking import ranking_report
-from rl_finetune.sim_steps import count_sim_steps
-from sim.embodiment import TABLETOP_ARM, embodiment_by_name
-from sim.tabletop_env import TabletopEnv
-from vla.factory import load_policy
-from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
-from world_model.model import WorldModel
-from world_model.success_calibration import CANDIDATES
-from world_model.world_model_env import InitialStates, WorldModelEnv, from_dataset
+from worldloop.rl_finetune.initial_states import from_sim_resets
+from worldloop.rl_finetune.ranking import ranking_report
+from worldloop.rl_finetune.sim_steps import count_sim_steps
+from worldloop.sim.tabletop_env import TabletopEnv
+from worldloop.vla.factory import load_policy
+from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
+from worldloop.world_model.model import WorldModel
+from worldloop.world_model.success_calibration import CANDIDATES
+from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv, from_dataset
 
 
 def fold_cli_args(args: list[str]) -> list[str]:
@@ -108,7 +108,7 @@ def sim_starts(env: WorldModelEnv, sim_cfg: SimEvalConfig, episodes: int, seed: 
     """First observations of the sim episodes that `evaluate_in_sim(..., seed)` runs (same env settings)."""
     import gymnasium as gym
 
-    import sim
+    from worldloop import sim
 
     size = env.world_model.cfg.dit.image_size
     sim_env = gym.make(sim.ENV_IDS[sim_cfg.task], config=sim_cfg.env_config(size, env.cameras))

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.checkpoint import save_json
-from rl_finetune.report import Media, StageRecord, write_report
+from worldloop.common.checkpoint import save_json
+from worldloop.rl_finetune.report import Media, StageRecord, write_report
 
 REPO = Path(__file__).resolve().parent.parent
 

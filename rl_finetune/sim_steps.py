@@ -23,7 +23,7 @@ class SimStepCounter:
 
 @contextlib.contextmanager
 def count_sim_steps() -> Iterator[SimStepCounter]:
-    from sim.tabletop_sim import TabletopSim
+    from worldloop.sim.tabletop_sim import TabletopSim
 
     counter = SimStepCounter()
     original = TabletopSim.advance

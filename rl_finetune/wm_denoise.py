@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from world_model import flow
-from world_model.model import WorldModel
+from worldloop.world_model import flow
+from worldloop.world_model.model import WorldModel
 
 
 @dataclass

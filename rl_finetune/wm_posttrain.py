@@ -30,19 +30,19 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common.checkpoint import atomic_directory, load_json
-from common.config import ConfigError, save_config
-from common.ema import follow
-from common.training import TrainLoopConfig, last_checkpoint, run_training
-from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
-from data.windows import WorldModelWindows
-from rl_finetune.executability import ExecutabilityRewardConfig, executability_reward
-from rl_finetune.nft import NFTConfig, nft_loss, optimality_probability
-from rl_finetune.rollout_stability import FidelityRewardConfig, clip_fidelity_reward
-from rl_finetune.wm_denoise import NoisedClip, predict_x0
-from rl_finetune.wm_posttrain_eval import executability_summary, fidelity_summary, held_out_rollouts
-from sim.embodiment import EMBODIMENTS, TABLETOP_ARM, EmbodimentSpec, embodiment_by_name
-from world_model.model import WorldModel
+from worldloop.common.checkpoint import atomic_directory, load_json
+from worldloop.common.config import ConfigError, save_config
+from worldloop.common.ema import follow
+from worldloop.common.embodiment import EMBODIMENTS, TABLETOP_ARM, EmbodimentSpec, embodiment_by_name
+from worldloop.common.training import TrainLoopConfig, last_checkpoint, run_training
+from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
+from worldloop.data.windows import WorldModelWindows
+from worldloop.rl_finetune.executability import ExecutabilityRewardConfig, executability_reward
+from worldloop.rl_finetune.nft import NFTConfig, nft_loss, optimality_probability
+from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig, clip_fidelity_reward
+from worldloop.rl_finetune.wm_denoise import NoisedClip, predict_x0
+from worldloop.rl_finetune.wm_posttrain_eval import executability_summary, fidelity_summary, held_out_rollouts
+from worldloop.world_model.model import WorldModel
 
 STAGES = ("stability", "executability")
 
@@ -89,7 +89,7 @@ class PosttrainLoopConfig(TrainLoopConfig):
 class PosttrainConfig:
     world_model: WorldModelPath = field(default_factory=WorldModelPath)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
-    # The arm whose joint limits the executability terms score decoded motion against (sim/embodiment.py).
+    # The arm whose joint limits the executability terms score decoded motion against (common/embodiment.py).
     embodiment: str = TABLETOP_ARM.name
     output_dir: str = "outputs/wm_posttrain"
     stages: list[str] = field(default_factory=lambda: ["stability", "executability"])

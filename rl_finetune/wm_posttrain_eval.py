@@ -11,10 +11,10 @@ import torch
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from rl_finetune.executability import executability_terms, jerk_rms
-from rl_finetune.rollout_stability import FidelityRewardConfig, frame_fidelity
-from sim.embodiment import EmbodimentSpec
-from world_model.model import WorldModel
+from worldloop.common.embodiment import EmbodimentSpec
+from worldloop.rl_finetune.executability import executability_terms, jerk_rms
+from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig, frame_fidelity
+from worldloop.world_model.model import WorldModel
 
 
 @torch.no_grad()

@@ -4,7 +4,7 @@ Importing `sim` selects a headless OpenGL backend (before MuJoCo loads) and regi
 `worldloop/TabletopReach-v0` and `worldloop/TabletopPush-v0`.
 """
 
-from sim.rendering import select_gl_backend
+from worldloop.sim.rendering import select_gl_backend
 
 select_gl_backend()
 
@@ -14,4 +14,4 @@ ENV_IDS = {"reach": "worldloop/TabletopReach-v0", "push": "worldloop/TabletopPus
 
 for _task, _env_id in ENV_IDS.items():
     if _env_id not in gym.registry:
-        gym.register(id=_env_id, entry_point="sim.tabletop_env:TabletopEnv", kwargs={"task": _task})
+        gym.register(id=_env_id, entry_point="worldloop.sim.tabletop_env:TabletopEnv", kwargs={"task": _task})

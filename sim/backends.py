@@ -6,7 +6,7 @@ env, the experts, recording and the sim robot work unchanged on either.
 
 from __future__ import annotations
 
-from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
+from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec
 
 SIM_BACKENDS = ("mujoco", "genesis")
 
@@ -19,11 +19,11 @@ def make_tabletop_sim(
 ):
     """A `TabletopSim` (mujoco) or `GenesisTabletopSim` (genesis); genesis is imported only when asked for."""
     if backend == "mujoco":
-        from sim.tabletop_sim import TabletopSim
+        from worldloop.sim.tabletop_sim import TabletopSim
 
         return TabletopSim(cameras, image_size, embodiment)
     if backend == "genesis":
-        from sim.genesis_backend import GenesisTabletopSim
+        from worldloop.sim.genesis_backend import GenesisTabletopSim
 
         return GenesisTabletopSim(cameras, image_size, embodiment)
     raise ValueError(f"unknown sim backend {backend!r}; expected one of {SIM_BACKENDS}")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.scene import CUBE_COLORS, CUBE_HALF_SIZE, ZONE_COLORS
-from sim.tabletop_env import TabletopEnv
-from sim.tasks import TaskInstance
+from worldloop.sim.scene import CUBE_COLORS, CUBE_HALF_SIZE, ZONE_COLORS
+from worldloop.sim.tabletop_env import TabletopEnv
+from worldloop.sim.tasks import TaskInstance
 
 FINGER_RADIUS = 0.015  # m, the finger capsule in the MJCF
 TRANSIT_HEIGHT = 0.1  # m, tip height when moving over the scene

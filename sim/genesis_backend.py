@@ -21,11 +21,11 @@ import math
 import mujoco
 import numpy as np
 
-from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
-from sim.kinematics import ArmKinematics
-from sim.scene import CUBE_COLORS, CUBE_HALF_SIZE, TIP_SITE, ZONE_COLORS, build_spec
-from sim.tabletop_sim import HOME_TIP
-from sim.tasks import Layout, SceneState
+from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec
+from worldloop.sim.kinematics import ArmKinematics
+from worldloop.sim.scene import CUBE_COLORS, CUBE_HALF_SIZE, TIP_SITE, ZONE_COLORS, build_spec
+from worldloop.sim.tabletop_sim import HOME_TIP
+from worldloop.sim.tasks import Layout, SceneState
 
 INSTALL_HINT = "pip install 'worldloop[genesis]'"
 ARM_ROOT_BODY = "base"  # the MJCF body holding the whole arm; everything else becomes a Genesis primitive

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from sim.embodiment import EmbodimentSpec
-from sim.scene import TIP_SITE
+from worldloop.common.embodiment import EmbodimentSpec
+from worldloop.sim.scene import TIP_SITE
 
 # Finger pitches tried in order: vertical first, then tilted further and further either way.
 _TOOL_ANGLES = tuple(math.pi + s * k * 0.1 for k in range(10) for s in ((1,) if k == 0 else (-1, 1)))

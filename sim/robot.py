@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data.features import IMAGE_PREFIX, STATE, TASK, image_key
-from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
-from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
+from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec
+from worldloop.data.features import IMAGE_PREFIX, STATE, TASK, image_key
+from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 
 
 @dataclass

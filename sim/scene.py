@@ -11,7 +11,7 @@ from pathlib import Path
 
 import mujoco
 
-from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
+from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec
 
 ASSET_PATH = Path(__file__).parent / "assets" / "tabletop.xml"
 

@@ -13,11 +13,19 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from data.features import STATE, image_key
-from sim.backends import SIM_BACKENDS, make_tabletop_sim
-from sim.embodiment import TABLETOP_ARM
-from sim.scene import CUBE_COLORS
-from sim.tasks import TASK_KINDS, SceneState, TaskInstance, is_success, progress, sample_layout, sample_task
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.features import STATE, image_key
+from worldloop.sim.backends import SIM_BACKENDS, make_tabletop_sim
+from worldloop.sim.scene import CUBE_COLORS
+from worldloop.sim.tasks import (
+    TASK_KINDS,
+    SceneState,
+    TaskInstance,
+    is_success,
+    progress,
+    sample_layout,
+    sample_task,
+)
 
 # Measured joint positions may pass the limits slightly (MuJoCo's joint limits are soft constraints).
 STATE_LIMIT_MARGIN = 0.05  # rad

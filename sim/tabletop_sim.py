@@ -12,11 +12,11 @@ import math
 import mujoco
 import numpy as np
 
-from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
-from sim.kinematics import ArmKinematics
-from sim.rendering import CameraRenderer
-from sim.scene import CUBE_COLORS, CUBE_HALF_SIZE, TIP_SITE, ZONE_COLORS, build_model
-from sim.tasks import Layout, SceneState
+from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec
+from worldloop.sim.kinematics import ArmKinematics
+from worldloop.sim.rendering import CameraRenderer
+from worldloop.sim.scene import CUBE_COLORS, CUBE_HALF_SIZE, TIP_SITE, ZONE_COLORS, build_model
+from worldloop.sim.tasks import Layout, SceneState
 
 # Where the tip rests before an episode: above the near workspace, out of the way of the cubes.
 HOME_TIP = np.array([0.13, 0.0, 0.17])

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.scene import CUBE_COLORS, CUBE_HALF_SIZE, ZONE_COLORS, ZONE_HALF_SIZE
+from worldloop.sim.scene import CUBE_COLORS, CUBE_HALF_SIZE, ZONE_COLORS, ZONE_HALF_SIZE
 
 TASK_KINDS = ("reach", "push")
 REACH_RADIUS = 0.05  # m, tip to cube centre: the finger touches the cube's top or side

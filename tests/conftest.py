@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features
-from sim.embodiment import TABLETOP_ARM
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 import vla_fixtures
 
-from vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
-from world_model.dit import VideoDiTConfig
-from world_model.heads import OutcomeHeadsConfig
-from world_model.model import WorldModel, WorldModelConfig
-from world_model.world_model_env import InitialStates
+from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
+from worldloop.world_model.dit import VideoDiTConfig
+from worldloop.world_model.heads import OutcomeHeadsConfig
+from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.world_model_env import InitialStates
 
 IMAGE_SIZE = 16
 

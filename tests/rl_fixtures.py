@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
 
-from world_model.model import WorldModel
-from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
+from worldloop.world_model.model import WorldModel
+from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
 
 
 def mixed_outcome_world_model(seed: int = 0) -> WorldModel:

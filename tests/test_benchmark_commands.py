@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from common.config import parse_cli
+from worldloop.common.config import parse_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
@@ -32,7 +32,10 @@ def test_recorded_command_parses(result, monkeypatch):
     script = next((a for a in args if a.endswith(".py")), None)
     assert script is not None, f"{result.name}: command names no script"
     assert (ROOT / script).is_file(), f"{result.name}: {script} does not exist"
-    module = importlib.import_module(script.removesuffix(".py").replace("/", "."))
+    name = script.removesuffix(".py").replace("/", ".")
+    module = importlib.import_module(
+        name if "." in name else f"worldloop.{name}"
+    )  # root scripts: worldloop.*
     config_class = _config_class(module)
     if config_class is None:
         pytest.skip(f"{script} reads its options with argparse")
@@ -42,7 +45,7 @@ def test_recorded_command_parses(result, monkeypatch):
     own = [a for a in options if not (passed_on and a.startswith(passed_on))]
     cfg = parse_cli(config_class, own)
     if passed_on:  # rl_in_imagination: the fine-tuning options it passes on, on top of its config file
-        from rl_finetune.policy_finetune import FinetunePolicyConfig
+        from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig
 
         forwarded = ["--" + a[len(passed_on) :] for a in options if a.startswith(passed_on)]
         parse_cli(FinetunePolicyConfig, ["--config", cfg.finetune_config, *forwarded])

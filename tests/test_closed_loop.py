@@ -11,19 +11,24 @@ import pytest
 import torch
 from imagination_fixtures import IMAGE_SIZE, tiny_policy, tiny_world_model
 
-from common.training import TrainLoopConfig
-from data.actor_recording import grow_dataset, record_actor_episodes
-from data.recording import RecordingConfig, record_demos
-from rl_finetune.closed_loop import finetune_world_model, oversampled, run_closed_loop
-from rl_finetune.closed_loop_config import LoopConfig
-from rl_finetune.grpo import GRPOConfig
-from rl_finetune.policy_finetune import FinetuneEvalConfig, FinetunePolicyConfig, PolicyPath, StartsConfig
-from sim.experts import ScriptedExpert
-from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
-from vla.sim_evaluation import SimEvalConfig
-from vla.sim_recording import record_policies
-from world_model.model import WorldModel
-from world_model.world_model_env import WorldModelEnvConfig
+from worldloop.common.training import TrainLoopConfig
+from worldloop.data.actor_recording import grow_dataset, record_actor_episodes
+from worldloop.data.recording import RecordingConfig, record_demos
+from worldloop.rl_finetune.closed_loop import finetune_world_model, oversampled, run_closed_loop
+from worldloop.rl_finetune.closed_loop_config import LoopConfig
+from worldloop.rl_finetune.grpo import GRPOConfig
+from worldloop.rl_finetune.policy_finetune import (
+    FinetuneEvalConfig,
+    FinetunePolicyConfig,
+    PolicyPath,
+    StartsConfig,
+)
+from worldloop.sim.experts import ScriptedExpert
+from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
+from worldloop.vla.sim_evaluation import SimEvalConfig
+from worldloop.vla.sim_recording import record_policies
+from worldloop.world_model.model import WorldModel
+from worldloop.world_model.world_model_env import WorldModelEnvConfig
 
 STEPS = 4  # frames per episode (sim and imagination)
 
@@ -159,8 +164,8 @@ def test_recorded_episodes_keep_failures_and_grow_only_compatible_data(tmp_path)
 
 
 def test_kl_reference_can_be_another_policy(tmp_path):
-    from rl_finetune.policy_finetune import make_trainer
-    from world_model.world_model_env import WorldModelEnv
+    from worldloop.rl_finetune.policy_finetune import make_trainer
+    from worldloop.world_model.world_model_env import WorldModelEnv
 
     bc = tmp_path / "bc"
     tiny_policy(seed=5).save_pretrained(bc)
@@ -204,9 +209,9 @@ def test_record_policies_appends_each_policys_episodes_after_the_included_data(t
 
 
 def test_interrupted_policy_recording_merges_nothing_and_says_where(tmp_path, monkeypatch, capsys):
-    import record_demos as cli
-    import vla.sim_recording as sim_recording
-    from data.recording import policy_recording_parts
+    import worldloop.vla.sim_recording as sim_recording
+    from worldloop import record_demos as cli
+    from worldloop.data.recording import policy_recording_parts
 
     paths = []
     for k in range(2):

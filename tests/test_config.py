@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from common.config import ConfigError, load_config, parse_cli, save_config
+from worldloop.common.config import ConfigError, load_config, parse_cli, save_config
 
 
 @dataclass

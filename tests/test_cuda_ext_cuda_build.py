@@ -7,7 +7,7 @@ import sysconfig
 import pytest
 import torch
 
-from cuda_ext import cuda_build
+from worldloop.cuda_ext import cuda_build
 
 
 def test_cuda_extension_explains_why_it_cannot_build_here():

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-import cuda_ext
-from cuda_ext.adaln import adaln_modulate_reference, gated_residual_adaln_reference
-from cuda_ext.attention import block_causal_attention_reference
-from cuda_ext.backend import resolve_backend
-from cuda_ext.denoise import denoise_step_reference
+from worldloop import cuda_ext
+from worldloop.cuda_ext.adaln import adaln_modulate_reference, gated_residual_adaln_reference
+from worldloop.cuda_ext.attention import block_causal_attention_reference
+from worldloop.cuda_ext.backend import resolve_backend
+from worldloop.cuda_ext.denoise import denoise_step_reference
 
 pytestmark = [
     pytest.mark.gpu,
@@ -82,7 +82,7 @@ def test_adaln_and_fused_residual(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, *DTYPES])
 def test_denoise_step(backend, dtype):
     if backend == "cuda":
-        from cuda_ext.cuda_build import cuda_build_problem
+        from worldloop.cuda_ext.cuda_build import cuda_build_problem
 
         if cuda_build_problem() is not None:
             pytest.skip(cuda_build_problem())

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-import cuda_ext
-from cuda_ext.adaln import adaln_modulate_reference
-from cuda_ext.attention import block_causal_attention_reference
-from cuda_ext.backend import requested_backend, resolve_backend
-from cuda_ext.denoise import denoise_step_reference
+from worldloop import cuda_ext
+from worldloop.cuda_ext.adaln import adaln_modulate_reference
+from worldloop.cuda_ext.attention import block_causal_attention_reference
+from worldloop.cuda_ext.backend import requested_backend, resolve_backend
+from worldloop.cuda_ext.denoise import denoise_step_reference
 
 
 def naive_attention(q, k, v, frame_len, window=None):

@@ -52,7 +52,7 @@ def _attention_cases():
 @pytest.mark.parametrize("arch", [80, 90])
 @pytest.mark.parametrize("name, constexprs", list(_attention_cases()))
 def test_attention_kernels_compile(name, constexprs, arch):
-    from cuda_ext.triton_kernels import attention
+    from worldloop.cuda_ext.triton_kernels import attention
 
     compiled = _compile(getattr(attention, name), constexprs, "bf16", arch)
     assert compiled.asm["ptx"] and compiled.asm["cubin"]
@@ -60,7 +60,7 @@ def test_attention_kernels_compile(name, constexprs, arch):
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_adaln_and_denoise_kernels_compile(dtype):
-    from cuda_ext.triton_kernels import adaln, denoise
+    from worldloop.cuda_ext.triton_kernels import adaln, denoise
 
     kernels = [
         (adaln._adaln_fwd, dict(HAS_RESIDUAL=True, BLOCK_C=1024)),

@@ -69,8 +69,8 @@ def _max_errors(got, expected) -> list[float]:
 def _attention_case(name):
     import torch
 
-    from cuda_ext.attention import block_causal_attention_reference
-    from cuda_ext.triton_kernels.attention import triton_block_causal_attention
+    from worldloop.cuda_ext.attention import block_causal_attention_reference
+    from worldloop.cuda_ext.triton_kernels.attention import triton_block_causal_attention
 
     b, h, lq, lk, d, frame_len, window, bm, bn, teacher_forced = ATTENTION_CASES[name]
     g = torch.Generator().manual_seed(0)
@@ -89,8 +89,8 @@ def _attention_case(name):
 def _decode_case(name):
     import torch
 
-    from cuda_ext.attention import block_causal_attention_reference
-    from cuda_ext.triton_kernels.attention import decode_split_kv
+    from worldloop.cuda_ext.attention import block_causal_attention_reference
+    from worldloop.cuda_ext.triton_kernels.attention import decode_split_kv
 
     b, h, lq, lk, d, frame_len, window, num_splits = DECODE_CASES[name]
     g = torch.Generator().manual_seed(4)
@@ -104,12 +104,12 @@ def _decode_case(name):
 def _adaln_case(name):
     import torch
 
-    from cuda_ext.adaln import (
+    from worldloop.cuda_ext.adaln import (
         adaln_modulate_reference,
         gated_residual_adaln_reference,
         gated_residual_reference,
     )
-    from cuda_ext.triton_kernels.adaln import (
+    from worldloop.cuda_ext.triton_kernels.adaln import (
         triton_adaln_modulate,
         triton_gated_residual,
         triton_gated_residual_adaln,
@@ -151,7 +151,7 @@ def _adaln_case(name):
 def _denoise_case(name):
     import torch
 
-    import cuda_ext
+    from worldloop import cuda_ext
 
     g = torch.Generator().manual_seed(2)
     shape = (3, 4, 5, 7) if name != "heun_clamp_bf16_shape" else (2, 3, 16, 16)
@@ -175,8 +175,8 @@ def _denoise_case(name):
 def _dispatch_case(name):
     import torch
 
-    import cuda_ext
-    from cuda_ext.attention import block_causal_attention_reference
+    from worldloop import cuda_ext
+    from worldloop.cuda_ext.attention import block_causal_attention_reference
 
     os.environ["WORLDLOOP_KERNELS"] = "triton"
     g = torch.Generator().manual_seed(3)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import SHARED_LENGTHS, make_tiny_lerobot_dataset, pattern_image, pattern_state, pattern_task
 
-from data.dataset import DatasetConfig, DatasetError, EpisodeDataset, split_episodes
-from data.features import ACTION, STATE
+from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset, split_episodes
+from worldloop.data.features import ACTION, STATE
 
 LENGTHS = SHARED_LENGTHS
 

@@ -9,9 +9,16 @@ import pytest
 import torch
 from conftest import SHARED_LENGTHS, pattern_action, pattern_state
 
-from data.dataset import DatasetConfig, EpisodeDataset
-from data.features import ACTION, STATE
-from data.stats import Normalizer, compute_stats, dataset_stats, lerobot_meta_stats, load_stats, save_stats
+from worldloop.data.dataset import DatasetConfig, EpisodeDataset
+from worldloop.data.features import ACTION, STATE
+from worldloop.data.stats import (
+    Normalizer,
+    compute_stats,
+    dataset_stats,
+    lerobot_meta_stats,
+    load_stats,
+    save_stats,
+)
 
 LENGTHS = SHARED_LENGTHS
 

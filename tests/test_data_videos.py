@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import make_tiny_lerobot_dataset
 
-from data.dataset import DatasetConfig, EpisodeDataset
-from data.windows import WorldModelWindows
+from worldloop.data.dataset import DatasetConfig, EpisodeDataset
+from worldloop.data.windows import WorldModelWindows
 
 
 @pytest.mark.slow

@@ -7,9 +7,9 @@ import torch
 from conftest import SHARED_LENGTHS, pattern_action, pattern_state, pattern_task
 from torch.utils.data import DataLoader
 
-from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
-from data.features import ACTION, STATE, TASK, image_key
-from data.windows import PolicySamples, WorldModelWindows
+from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
+from worldloop.data.features import ACTION, STATE, TASK, image_key
+from worldloop.data.windows import PolicySamples, WorldModelWindows
 
 LENGTHS = SHARED_LENGTHS  # episode 1 is shorter than a window of 4
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from real_robot.fusion import Chunk, FuserConfig, KinematicState, make_fuser
-from real_robot.fusion.rail import RailFuser, quintic_correction
-from sim.embodiment import TABLETOP_ARM
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.real_robot.fusion import Chunk, FuserConfig, KinematicState, make_fuser
+from worldloop.real_robot.fusion.rail import RailFuser, quintic_correction
 
 SPEC = TABLETOP_ARM
 CONTROL_DT = 0.01
@@ -186,7 +186,7 @@ def test_rail_continues_from_the_executed_command_when_safety_overrode_the_plan(
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["naive", "temporal_ensemble", "weighted_average", "rail", "rtc"]), chunk_streams())
 def test_fused_commands_after_safety_never_exceed_the_limits(name, stream):
-    from real_robot.safety import SafetyLimiter
+    from worldloop.real_robot.safety import SafetyLimiter
 
     start, chunks = stream
     fuser = make_fuser(FuserConfig(name=name), SPEC, CONTROL_DT)

@@ -8,9 +8,9 @@ import torch
 from imagination_fixtures import random_starts, tiny_world_model
 from rl_fixtures import flat_params, make_trainer
 
-from rl_finetune.grpo import GRPOConfig, GRPOTrainer, group_advantages
-from rl_finetune.sim_steps import count_sim_steps
-from world_model.world_model_env import WorldModelEnv
+from worldloop.rl_finetune.grpo import GRPOConfig, GRPOTrainer, group_advantages
+from worldloop.rl_finetune.sim_steps import count_sim_steps
+from worldloop.world_model.world_model_env import WorldModelEnv
 
 CFG = GRPOConfig(group_size=4, starts_per_iteration=2, epochs=1, minibatch_size=16, lr=1e-3, kl_coef=0.1)
 
@@ -78,7 +78,7 @@ def test_training_steps_the_simulator_zero_times():
         trainer.step(random_starts(2))
     assert counter.steps == 0
     # The counter does count: one sim env step is one physics advance.
-    from sim.tabletop_env import TabletopEnv
+    from worldloop.sim.tabletop_env import TabletopEnv
 
     env = TabletopEnv(task="reach", image_size=16, cameras=("front",))
     try:
@@ -97,10 +97,10 @@ def test_non_flow_policy_is_refused():
 
 
 def test_shared_config_fields_parse_and_validate_per_algorithm():
-    from common.config import parse_cli
-    from rl_finetune.flow_policy_gradient import FlowPolicyGradientConfig
-    from rl_finetune.policy_finetune import FinetunePolicyConfig
-    from rl_finetune.ppo import PPOConfig
+    from worldloop.common.config import parse_cli
+    from worldloop.rl_finetune.flow_policy_gradient import FlowPolicyGradientConfig
+    from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig
+    from worldloop.rl_finetune.ppo import PPOConfig
 
     assert issubclass(GRPOConfig, FlowPolicyGradientConfig) and issubclass(
         PPOConfig, FlowPolicyGradientConfig
@@ -125,7 +125,7 @@ def test_shared_config_fields_parse_and_validate_per_algorithm():
 
 
 def test_mixed_starts_counts_groups_with_both_outcomes():
-    from rl_finetune.flow_policy_gradient import mixed_starts
+    from worldloop.rl_finetune.flow_policy_gradient import mixed_starts
 
     success = torch.tensor([1.0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0])  # 3 starts x 4: all, mixed, none
     assert mixed_starts(success, GRPOConfig(group_size=4, starts_per_iteration=3)) == pytest.approx(1 / 3)

@@ -7,11 +7,11 @@ import pytest
 import torch
 from imagination_fixtures import IMAGE_SIZE, random_starts, tiny_world_model
 
-from data.dataset import DatasetConfig, EpisodeDataset
-from data.features import STATE, TASK, image_key
-from rl_finetune import initial_states
-from sim.embodiment import TABLETOP_ARM
-from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig, from_dataset
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.dataset import DatasetConfig, EpisodeDataset
+from worldloop.data.features import STATE, TASK, image_key
+from worldloop.rl_finetune import initial_states
+from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig, from_dataset
 
 
 def _run(env, starts, actions, seed):
@@ -167,7 +167,7 @@ def test_reset_from_dataset_episodes(tmp_path, tiny_lerobot_dataset):
 
 
 def test_reset_from_sim_frames():
-    from sim.tabletop_env import TabletopEnv
+    from worldloop.sim.tabletop_env import TabletopEnv
 
     sim_env = TabletopEnv(task="reach", image_size=IMAGE_SIZE, cameras=("front",))
     try:

@@ -10,19 +10,23 @@ import pytest
 import torch
 from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
 
-from rl_finetune.grpo import GRPOConfig
-from rl_finetune.imagination_eval import ImaginationEvalConfig, evaluate_in_imagination, side_by_side
-from rl_finetune.policy_finetune import (
+from worldloop.rl_finetune.grpo import GRPOConfig
+from worldloop.rl_finetune.imagination_eval import (
+    ImaginationEvalConfig,
+    evaluate_in_imagination,
+    side_by_side,
+)
+from worldloop.rl_finetune.policy_finetune import (
     FinetuneEvalConfig,
     FinetunePolicyConfig,
     PolicyPath,
     StartsConfig,
     finetune,
 )
-from rl_finetune.policy_ranking import fold_cli_args, rank_policies
-from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
-from vla.sim_evaluation import SimEvalConfig
-from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
+from worldloop.rl_finetune.policy_ranking import fold_cli_args, rank_policies
+from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
+from worldloop.vla.sim_evaluation import SimEvalConfig
+from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
 
 SIM = SimEvalConfig(task="reach", max_steps=4, batch_envs=2, videos=1)
 
@@ -143,8 +147,8 @@ def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_mode
 
 @pytest.mark.slow  # three GRPO iterations with evaluation: ~12 s on the shared machine
 def test_finetune_rolls_back_when_imagination_and_sim_drift_apart(tmp_path, saved_models, monkeypatch):
-    from rl_finetune import policy_finetune
-    from vla.factory import load_policy
+    from worldloop.rl_finetune import policy_finetune
+    from worldloop.vla.factory import load_policy
 
     wm, policies = saved_models
     gaps = iter([0.1, 0.2, 0.6])  # BC, iteration 1 (drift +0.1: fine), iteration 2 (drift +0.5: exploit)
@@ -176,7 +180,7 @@ def test_finetune_rolls_back_when_imagination_and_sim_drift_apart(tmp_path, save
 
 
 def test_evaluate_policy_cli_backend_imagination(tmp_path, saved_models, capsys):
-    import evaluate_policy
+    from worldloop import evaluate_policy
 
     wm, policies = saved_models
     out = tmp_path / "eval"
@@ -195,7 +199,7 @@ def test_evaluate_policy_cli_backend_imagination(tmp_path, saved_models, capsys)
 
 
 def test_replay_actions_is_open_loop_and_seeded():
-    from world_model.world_model_env import replay_actions
+    from worldloop.world_model.world_model_env import replay_actions
 
     env = WorldModelEnv(tiny_world_model(), WorldModelEnvConfig(horizon=5))
     starts, actions = random_starts(3), torch.rand(3, 7, 4)
@@ -215,8 +219,8 @@ def _no_drift(policy, env, starts, cfg, device):
 
 @pytest.mark.slow  # six GRPO iterations in three runs: ~11 s on the shared machine
 def test_finetune_resume_continues_exactly(tmp_path, saved_models, monkeypatch):
-    from rl_finetune import policy_finetune
-    from vla.factory import load_policy
+    from worldloop.rl_finetune import policy_finetune
+    from worldloop.vla.factory import load_policy
 
     monkeypatch.setattr(policy_finetune, "evaluate", _no_drift)
     wm, policies = saved_models
@@ -243,7 +247,7 @@ def test_finetune_resume_continues_exactly(tmp_path, saved_models, monkeypatch):
 
 @pytest.mark.slow  # four GRPO iterations: ~6 s on the shared machine
 def test_finetune_stops_with_an_evaluation_inside_its_cpu_budget(tmp_path, saved_models, monkeypatch):
-    from rl_finetune import policy_finetune
+    from worldloop.rl_finetune import policy_finetune
 
     # A CPU clock that only evaluations and iterations move, 10 s each.
     clock = {"now": 0.0}
@@ -285,8 +289,8 @@ def test_finetune_stops_with_an_evaluation_inside_its_cpu_budget(tmp_path, saved
 
 @pytest.mark.slow  # three GRPO iterations: ~5 s on the shared machine
 def test_finetune_can_keep_the_weights_imagination_rates_best(tmp_path, saved_models, monkeypatch):
-    from rl_finetune import policy_finetune
-    from vla.factory import load_policy
+    from worldloop.rl_finetune import policy_finetune
+    from worldloop.vla.factory import load_policy
 
     rates = iter([0.3, 0.4, 0.7, 0.5])  # BC, then iterations 1, 2, 3: iteration 2 is imagined best
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from imagination_fixtures import IMAGE_SIZE, tiny_world_model
 
-from data.dataset import DatasetConfig, EpisodeDataset
-from data.windows import WorldModelWindows
-from world_model.imagined_windows import ImaginedWindows
+from worldloop.data.dataset import DatasetConfig, EpisodeDataset
+from worldloop.data.windows import WorldModelWindows
+from worldloop.world_model.imagined_windows import ImaginedWindows
 
 
 def test_imagined_windows_match_the_real_layout_and_the_models_rollout(tmp_path, tiny_lerobot_dataset):

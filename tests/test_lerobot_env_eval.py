@@ -11,10 +11,10 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from data.features import STATE, TASK, image_key
-from evaluate_policy import EvaluatePolicyConfig, PolicyPath, evaluate
-from vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
-from vla.policy import Policy
+from worldloop.data.features import STATE, TASK, image_key
+from worldloop.evaluate_policy import EvaluatePolicyConfig, PolicyPath, evaluate
+from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
+from worldloop.vla.policy import Policy
 
 TINY_ID = "worldloop_test/TinyGoal-v0"
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from lerobot_fixtures import ACTION_MEAN, save_lerobot_policy
 
-from data.features import STATE, TASK, image_key
-from evaluate_policy import EvaluatePolicyConfig, PolicyPath, evaluate
-from vla.factory import load_policy
-from vla.lerobot_pretrained import LeRobotPolicyUnavailable, LeRobotPretrainedPolicy
-from vla.sim_evaluation import SimEvalConfig
+from worldloop.data.features import STATE, TASK, image_key
+from worldloop.evaluate_policy import EvaluatePolicyConfig, PolicyPath, evaluate
+from worldloop.vla.factory import load_policy
+from worldloop.vla.lerobot_pretrained import LeRobotPolicyUnavailable, LeRobotPretrainedPolicy
+from worldloop.vla.sim_evaluation import SimEvalConfig
 
 SIM_CAMERAS = {image_key("front"): (32, 32), image_key("wrist"): (32, 32)}
 

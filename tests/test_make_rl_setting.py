@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.make_rl_setting import RLSettingConfig, heads_model, pick_snapshot, rl_world_model, stages
-from common.config import ConfigError, parse_cli
-from data.recording import RecordingConfig
-from vla.bc_training import TrainPolicyConfig
-from world_model.trainer import TrainWorldModelConfig
+from worldloop.common.config import ConfigError, parse_cli
+from worldloop.data.recording import RecordingConfig
+from worldloop.vla.bc_training import TrainPolicyConfig
+from worldloop.world_model.trainer import TrainWorldModelConfig
 
 CONFIGS = {
     "record_demos.py": RecordingConfig,
@@ -21,7 +21,7 @@ CONFIGS = {
 
 
 def test_every_stage_command_parses(tmp_path, monkeypatch):
-    from rl_finetune.quickstart import REPO
+    from worldloop.rl_finetune.quickstart import REPO
 
     monkeypatch.chdir(REPO)  # the stages' config paths are relative to the repository
     cfg = RLSettingConfig(root=str(tmp_path))

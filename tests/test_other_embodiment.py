@@ -10,20 +10,20 @@ import numpy as np
 import pytest
 import torch
 
-from common.config import ConfigError, parse_cli
-from data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features
-from data.stats import compute_stats
-from real_robot.robots import SimRobotConfig, embodiment_for
-from rl_finetune.imagination_eval import ImaginationEvalConfig
-from rl_finetune.policy_finetune import FinetunePolicyConfig, PolicyPath
-from rl_finetune.policy_ranking import dataset_starts, load_world_model_env, rank_policies
-from rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining
-from sim.embodiment import EMBODIMENTS, SO101_ARM, TABLETOP_ARM, embodiment_by_name
-from vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
-from vla.sim_evaluation import SimEvalConfig
-from world_model.dit import VideoDiTConfig
-from world_model.idm import InverseDynamicsConfig
-from world_model.model import WorldModel, WorldModelConfig
+from worldloop.common.config import ConfigError, parse_cli
+from worldloop.common.embodiment import EMBODIMENTS, SO101_ARM, TABLETOP_ARM, embodiment_by_name
+from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features
+from worldloop.data.stats import compute_stats
+from worldloop.real_robot.robots import SimRobotConfig, embodiment_for
+from worldloop.rl_finetune.imagination_eval import ImaginationEvalConfig
+from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig, PolicyPath
+from worldloop.rl_finetune.policy_ranking import dataset_starts, load_world_model_env, rank_policies
+from worldloop.rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining
+from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
+from worldloop.vla.sim_evaluation import SimEvalConfig
+from worldloop.world_model.dit import VideoDiTConfig
+from worldloop.world_model.idm import InverseDynamicsConfig
+from worldloop.world_model.model import WorldModel, WorldModelConfig
 
 JOINTS = SO101_ARM.num_joints
 SIZE = 16  # the models' frame size; the dataset's frames are 24x32 and resized to it

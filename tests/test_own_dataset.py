@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-import train_policy
-from common.config import parse_cli
-from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
-from data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features
-from data.images import resize_frames
-from data.windows import PolicySamples, WorldModelWindows
-from vla.factory import load_policy
-from world_model.model import WorldModel
-from world_model.trainer import TrainWorldModelConfig, train
+from worldloop import train_policy
+from worldloop.common.config import parse_cli
+from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
+from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features
+from worldloop.data.images import resize_frames
+from worldloop.data.windows import PolicySamples, WorldModelWindows
+from worldloop.vla.factory import load_policy
+from worldloop.world_model.model import WorldModel
+from worldloop.world_model.trainer import TrainWorldModelConfig, train
 
 REPO = Path(__file__).resolve().parents[1]
 SO101_JOINTS = tuple(
@@ -218,7 +218,7 @@ def test_so101_deploy_config_is_lerobots_so101_follower():
     from lerobot.cameras.opencv import OpenCVCameraConfig
     from lerobot.robots.so_follower import SO101FollowerConfig
 
-    from real_robot.deploy import DeployConfig
+    from worldloop.real_robot.deploy import DeployConfig
 
     cfg = parse_cli(
         DeployConfig, [f"--config={REPO / 'configs/deploy/so101.yaml'}", "--robot.port=/dev/ttyUSB1"]

@@ -6,11 +6,11 @@ import pytest
 import torch
 import vla_fixtures
 
-from data.features import ACTION, STATE
-from vla.factory import load_policy, make_policy
-from vla.flow_vla import FlowVLAConfig, VisionConfig
-from vla.lerobot_adapters import ACTAdapterConfig, DiffusionAdapterConfig
-from vla.policy import Policy
+from worldloop.data.features import ACTION, STATE
+from worldloop.vla.factory import load_policy, make_policy
+from worldloop.vla.flow_vla import FlowVLAConfig, VisionConfig
+from worldloop.vla.lerobot_adapters import ACTAdapterConfig, DiffusionAdapterConfig
+from worldloop.vla.policy import Policy
 
 SIZE = (32, 32)
 CONFIGS = {

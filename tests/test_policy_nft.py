@@ -8,9 +8,9 @@ import torch
 from imagination_fixtures import random_starts
 from rl_fixtures import flat_params, make_trainer
 
-from rl_finetune.flow_policy_gradient import imagine_chunks
-from rl_finetune.policy_nft import PolicyNFTConfig, PolicyNFTTrainer
-from rl_finetune.sim_steps import count_sim_steps
+from worldloop.rl_finetune.flow_policy_gradient import imagine_chunks
+from worldloop.rl_finetune.policy_nft import PolicyNFTConfig, PolicyNFTTrainer
+from worldloop.rl_finetune.sim_steps import count_sim_steps
 
 CFG = PolicyNFTConfig(
     group_size=4, starts_per_iteration=2, epochs=1, minibatch_size=16, lr=1e-3, reference_weight=0.0
@@ -87,8 +87,8 @@ def test_training_steps_the_simulator_zero_times():
 
 
 def test_config_is_checked_and_parses_from_the_cli():
-    from common.config import parse_cli
-    from rl_finetune.policy_finetune import FinetunePolicyConfig
+    from worldloop.common.config import parse_cli
+    from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig
 
     with pytest.raises(ValueError, match="nft.group_size"):
         PolicyNFTConfig(group_size=1).validate()

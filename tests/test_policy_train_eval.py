@@ -7,13 +7,12 @@ import json
 import pytest
 import torch
 
-import evaluate_policy
-import train_policy
-from common.checkpoint import load_json
-from common.config import ConfigError
-from data.features import ACTION
-from vla.factory import load_policy
-from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim, wilson_interval
+from worldloop import evaluate_policy, train_policy
+from worldloop.common.checkpoint import load_json
+from worldloop.common.config import ConfigError
+from worldloop.data.features import ACTION
+from worldloop.vla.factory import load_policy
+from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim, wilson_interval
 
 TINY_POLICY = [
     "--policy.flow_vla.image_size=[16,16]",
@@ -75,7 +74,7 @@ def test_train_policy_rejects_mismatched_cameras(shared_tiny_dataset_root, tmp_p
 def saved_policy(tmp_path):
     import vla_fixtures
 
-    from vla.flow_vla import FlowVLAConfig, FlowVLAPolicy, VisionConfig
+    from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy, VisionConfig
 
     torch.manual_seed(0)
     cfg = FlowVLAConfig(image_size=(32, 32), vision=VisionConfig(channels=(8, 16)), dim=32, heads=2)

@@ -7,14 +7,14 @@ import copy
 import pytest
 import torch
 
-from rl_finetune.nft import NFTConfig, nft_loss
-from rl_finetune.rollout_stability import FidelityRewardConfig
-from rl_finetune.wm_denoise import NoisedClip, predict_x0
-from rl_finetune.wm_posttrain import PosttrainConfig, PosttrainObjective, RolloutGroupConfig
-from world_model.dit import VideoDiTConfig
-from world_model.idm import InverseDynamicsConfig
-from world_model.model import WorldModel, WorldModelConfig
-from world_model.sampler import SamplerConfig
+from worldloop.rl_finetune.nft import NFTConfig, nft_loss
+from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig
+from worldloop.rl_finetune.wm_denoise import NoisedClip, predict_x0
+from worldloop.rl_finetune.wm_posttrain import PosttrainConfig, PosttrainObjective, RolloutGroupConfig
+from worldloop.world_model.dit import VideoDiTConfig
+from worldloop.world_model.idm import InverseDynamicsConfig
+from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.sampler import SamplerConfig
 
 
 def tiny_world_model(seed: int = 0) -> WorldModel:

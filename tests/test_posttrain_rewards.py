@@ -7,15 +7,15 @@ import math
 import pytest
 import torch
 
-from rl_finetune.executability import (
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.rl_finetune.executability import (
     ExecutabilityRewardConfig,
     executability_reward,
     executability_terms,
     jerk_rms,
 )
-from rl_finetune.nft import optimality_probability
-from rl_finetune.rollout_stability import FidelityRewardConfig, clip_fidelity_reward, frame_fidelity
-from sim.embodiment import TABLETOP_ARM
+from worldloop.rl_finetune.nft import optimality_probability
+from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig, clip_fidelity_reward, frame_fidelity
 
 FID = FidelityRewardConfig(ssim_window=7)
 

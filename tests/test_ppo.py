@@ -8,9 +8,9 @@ import torch
 from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
 from rl_fixtures import flat_params, make_trainer, mixed_outcome_world_model
 
-from rl_finetune.ppo import PPOConfig, PPOTrainer, gae
-from rl_finetune.sim_steps import count_sim_steps
-from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
+from worldloop.rl_finetune.ppo import PPOConfig, PPOTrainer, gae
+from worldloop.rl_finetune.sim_steps import count_sim_steps
+from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
 
 CFG = PPOConfig(
     starts_per_iteration=3, rollouts_per_start=2, epochs=1, minibatch_size=8, lr=1e-3, kl_coef=0.1
@@ -102,8 +102,8 @@ def test_bad_config_and_non_flow_policy_are_refused():
 
 
 def test_finetune_with_ppo_runs_without_sim_steps_and_resumes_its_value_head(tmp_path):
-    from common.checkpoint import load_torch
-    from rl_finetune.policy_finetune import (
+    from worldloop.common.checkpoint import load_torch
+    from worldloop.rl_finetune.policy_finetune import (
         FinetuneEvalConfig,
         FinetunePolicyConfig,
         PolicyPath,
@@ -111,7 +111,7 @@ def test_finetune_with_ppo_runs_without_sim_steps_and_resumes_its_value_head(tmp
         finetune,
         make_trainer,
     )
-    from vla.sim_evaluation import SimEvalConfig
+    from worldloop.vla.sim_evaluation import SimEvalConfig
 
     wm, policy = tmp_path / "wm", tmp_path / "policy"
     mixed_outcome_world_model().save_pretrained(wm)

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import data.recording as recording
-from data.features import ACTION, DONE, REWARD, STATE, SUCCESS, image_key
-from data.recording import RECORDING_META, RecordingConfig, record_demos
-from sim.tabletop_env import TabletopEnv
+import worldloop.data.recording as recording
+from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, image_key
+from worldloop.data.recording import RECORDING_META, RecordingConfig, record_demos
+from worldloop.sim.tabletop_env import TabletopEnv
 
 TINY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "record" / "tiny.yaml"
 
@@ -95,7 +95,7 @@ def test_skill_mixture_and_bad_config():
 
 
 def test_record_demos_cli_with_the_tiny_config(tmp_path):
-    import record_demos
+    from worldloop import record_demos
 
     root = tmp_path / "cli"
     record_demos.main(
@@ -172,7 +172,7 @@ def test_recording_after_included_data_merges_them_in_order(tmp_path):
 def test_interrupted_recording_after_included_data_merges_nothing_and_says_where(
     tmp_path, monkeypatch, capsys
 ):
-    import record_demos as cli
+    from worldloop import record_demos as cli
 
     first = _config(tmp_path, root=str(tmp_path / "first"))
     record_demos(first)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from data.features import STATE, image_key
-from data.images import resize_frames
-from real_robot.inference import InferenceRequest, PolicyRunner
-from sim.embodiment import SO101_ARM
+from worldloop.common.embodiment import SO101_ARM
+from worldloop.data.features import STATE, image_key
+from worldloop.data.images import resize_frames
+from worldloop.real_robot.inference import InferenceRequest, PolicyRunner
 
 
 class SizeCheckingPolicy:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from lerobot.robots import RobotConfig
 
-from common.config import ConfigError, parse_cli
-from real_robot.deploy import DeployConfig, deploy
-from real_robot.robots import SO101_ARM, SimRobotConfig, embodiment_for, make_robot
-from sim.embodiment import TABLETOP_ARM
+from worldloop.common.config import ConfigError, parse_cli
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.real_robot.deploy import DeployConfig, deploy
+from worldloop.real_robot.robots import SO101_ARM, SimRobotConfig, embodiment_for, make_robot
 
 
 def test_default_robot_is_the_sim_arm():

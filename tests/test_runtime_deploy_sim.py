@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from test_runtime_fakes import SlowSmoothPolicy
 
-from data.features import ACTION, STATE, image_key
-from real_robot.deploy import DeployConfig, deploy
-from sim.embodiment import TABLETOP_ARM
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.features import ACTION, STATE, image_key
+from worldloop.real_robot.deploy import DeployConfig, deploy
 
 
 def test_deploy_on_the_sim_robot_with_a_slow_policy_records_a_valid_dataset(tmp_path):

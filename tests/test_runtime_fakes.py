@@ -12,8 +12,8 @@ import time
 import numpy as np
 import torch
 
-from sim.embodiment import TABLETOP_ARM
-from vla.policy import Policy
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.vla.policy import Policy
 
 
 class FakeRobot:

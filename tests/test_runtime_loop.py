@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from test_runtime_fakes import FakeRobot, SlowSmoothPolicy
 
-from real_robot.deploy import DeployConfig, deploy
-from real_robot.fusion import FuserConfig, make_fuser
-from real_robot.inference import PolicyRunner, SimulatedLatencyInference
-from real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep
-from real_robot.safety import SafetyLimiter
-from sim.embodiment import TABLETOP_ARM
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.real_robot.deploy import DeployConfig, deploy
+from worldloop.real_robot.fusion import FuserConfig, make_fuser
+from worldloop.real_robot.inference import PolicyRunner, SimulatedLatencyInference
+from worldloop.real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep
+from worldloop.real_robot.safety import SafetyLimiter
 
 SPEC = TABLETOP_ARM
 
@@ -135,7 +135,7 @@ def test_realtime_loop_keeps_its_rate_beside_inference():
 def test_deploy_through_a_localhost_policy_server():
     import threading
 
-    from real_robot.policy_server import PolicyServer
+    from worldloop.real_robot.policy_server import PolicyServer
 
     server = PolicyServer(SlowSmoothPolicy(latency_s=0.05), SPEC.joint_names, host="127.0.0.1", port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

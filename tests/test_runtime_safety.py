@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from real_robot.safety import SafetyConfig, SafetyLimiter
-from real_robot.watchdog import Watchdog
-from sim.embodiment import TABLETOP_ARM
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.real_robot.safety import SafetyConfig, SafetyLimiter
+from worldloop.real_robot.watchdog import Watchdog
 
 SPEC = TABLETOP_ARM
 DT = 0.01
@@ -46,7 +46,7 @@ def test_limits_are_never_exceeded_whatever_the_targets(stream, where, scale):
 def test_nan_and_out_of_range_targets_are_rejected_with_a_logged_reason(caplog):
     limiter = SafetyLimiter(SPEC, DT)
     limiter.reset(np.zeros(D))
-    with caplog.at_level(logging.WARNING, logger="real_robot.safety"):
+    with caplog.at_level(logging.WARNING, logger="worldloop.real_robot.safety"):
         held = limiter.filter([np.nan, 0, 0, 0])
         limiter.filter([0.0, 0.0, 9.0, 0.0])
         limiter.filter([0.0, 0.0])
@@ -82,7 +82,7 @@ def test_watchdog_fires_after_its_deadline_and_rearms_on_a_fresh_chunk(caplog):
     dog = Watchdog(timeout_s=0.5)
     dog.start(0.0)
     assert not dog.expired(0.5)
-    with caplog.at_level(logging.WARNING, logger="real_robot.watchdog"):
+    with caplog.at_level(logging.WARNING, logger="worldloop.real_robot.watchdog"):
         assert dog.expired(0.51) and dog.expired(0.9)
     assert dog.fired_count == 1 and "braking to a hold" in caplog.text
     dog.feed(1.0)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-import sim  # noqa: F401  (selects the GL backend before MuJoCo renders)
-from sim.embodiment import TABLETOP_ARM
-from sim.kinematics import ArmKinematics
-from sim.scene import TIP_SITE, build_model
+from worldloop import sim  # noqa: F401  (selects the GL backend before MuJoCo renders)
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.sim.kinematics import ArmKinematics
+from worldloop.sim.scene import TIP_SITE, build_model
 
 
 def test_mjcf_joint_and_actuator_limits_match_the_spec():

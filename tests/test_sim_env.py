@@ -6,12 +6,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import sim
-from data.features import STATE, image_key
-from sim.embodiment import TABLETOP_ARM
-from sim.scene import CUBE_HALF_SIZE, ZONE_HALF_SIZE
-from sim.tabletop_env import TabletopEnv
-from sim.tasks import REACH_RADIUS, SceneState, TaskInstance, is_success, progress
+from worldloop import sim
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.features import STATE, image_key
+from worldloop.sim.scene import CUBE_HALF_SIZE, ZONE_HALF_SIZE
+from worldloop.sim.tabletop_env import TabletopEnv
+from worldloop.sim.tasks import REACH_RADIUS, SceneState, TaskInstance, is_success, progress
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.embodiment import TABLETOP_ARM
-from sim.experts import ExpertConfig, ScriptedExpert
-from sim.tabletop_env import TabletopEnv
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.sim.experts import ExpertConfig, ScriptedExpert
+from worldloop.sim.tabletop_env import TabletopEnv
 
 
 def _run(task: str, skill: float, seeds, record_actions: bool = False):

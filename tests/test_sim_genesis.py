@@ -17,11 +17,11 @@ import mujoco
 import numpy as np
 import pytest
 
-from common.config import parse_cli
-from data.features import ACTION, STATE, image_key
-from sim.backends import make_tabletop_sim
-from sim.embodiment import TABLETOP_ARM
-from sim.tabletop_env import TabletopEnv
+from worldloop.common.config import parse_cli
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.features import ACTION, STATE, image_key
+from worldloop.sim.backends import make_tabletop_sim
+from worldloop.sim.tabletop_env import TabletopEnv
 
 needs_genesis = pytest.mark.skipif(
     importlib.util.find_spec("genesis") is None,
@@ -31,7 +31,7 @@ IMAGE_SIZE = 32
 
 
 def test_arm_mjcf_keeps_only_the_arm_with_the_embodiment_limits():
-    from sim.genesis_backend import arm_mjcf
+    from worldloop.sim.genesis_backend import arm_mjcf
 
     model = mujoco.MjModel.from_xml_string(arm_mjcf(TABLETOP_ARM))
     assert model.nu == TABLETOP_ARM.num_joints
@@ -113,7 +113,7 @@ def test_same_seed_same_episode_and_the_arm_follows_commands(genesis_env):
 @needs_genesis
 @pytest.mark.parametrize("task", ["reach", "push"])
 def test_scripted_expert_succeeds(genesis_env, task):
-    from sim.experts import ScriptedExpert
+    from worldloop.sim.experts import ScriptedExpert
 
     env = TabletopEnv(task=task, cameras=(), backend="genesis")
     expert = ScriptedExpert(env)
@@ -135,7 +135,7 @@ def test_scripted_expert_succeeds(genesis_env, task):
 def test_recorded_episode_reads_back_as_a_lerobot_dataset(tmp_path, genesis_env):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    from data.recording import RecordingConfig, record_demos
+    from worldloop.data.recording import RecordingConfig, record_demos
 
     cfg = RecordingConfig(
         root=str(tmp_path / "demos"),
@@ -159,7 +159,7 @@ def test_recorded_episode_reads_back_as_a_lerobot_dataset(tmp_path, genesis_env)
 @pytest.mark.parametrize(
     "config_file, config_class, backend_of",
     [
-        ("configs/record/tiny_genesis.yaml", "data.recording:RecordingConfig", lambda c: c.backend),
+        ("configs/record/tiny_genesis.yaml", "worldloop.data.recording:RecordingConfig", lambda c: c.backend),
         ("configs/eval/tiny_genesis.yaml", "evaluate_policy:EvaluatePolicyConfig", lambda c: c.sim.backend),
     ],
 )
@@ -171,7 +171,7 @@ def test_genesis_configs_select_the_genesis_backend(config_file, config_class, b
 
 
 def test_deploy_robot_config_passes_the_backend_to_the_sim_robot():
-    from real_robot.robots import SimRobotConfig, make_robot
+    from worldloop.real_robot.robots import SimRobotConfig, make_robot
 
     robot = make_robot(SimRobotConfig(backend="genesis"), control_hz=100)
     assert robot.config.backend == "genesis" and not robot.is_connected  # built on connect()
@@ -180,7 +180,7 @@ def test_deploy_robot_config_passes_the_backend_to_the_sim_robot():
 @pytest.mark.slow
 @needs_genesis
 def test_sim_robot_runs_on_genesis(genesis_env):
-    from sim.robot import SimRobot, SimRobotConfig, vector_to_action
+    from worldloop.sim.robot import SimRobot, SimRobotConfig, vector_to_action
 
     with SimRobot(SimRobotConfig(task="reach", image_size=IMAGE_SIZE, backend="genesis", seed=2)) as robot:
         obs = robot.get_observation()

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from data.features import STATE, TASK, image_key
-from sim.embodiment import TABLETOP_ARM
-from sim.robot import (
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.features import STATE, TASK, image_key
+from worldloop.sim.robot import (
     NotConnectedError,
     SimRobot,
     SimRobotConfig,
@@ -94,7 +94,7 @@ def test_observation_to_frame_and_batch(robot):
 
 
 def test_env_observation_to_batch():
-    from sim.tabletop_env import TabletopEnv
+    from worldloop.sim.tabletop_env import TabletopEnv
 
     env = TabletopEnv(task="push", image_size=16)
     obs, info = env.reset(seed=0)

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from data.dataset import DatasetConfig, EpisodeDataset
-from world_model import success_calibration
-from world_model.dit import VideoDiTConfig
-from world_model.idm import InverseDynamicsConfig
-from world_model.model import WorldModel, WorldModelConfig
-from world_model.success_calibration import (
+from worldloop.data.dataset import DatasetConfig, EpisodeDataset
+from worldloop.world_model import success_calibration
+from worldloop.world_model.dit import VideoDiTConfig
+from worldloop.world_model.idm import InverseDynamicsConfig
+from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.success_calibration import (
     balanced_accuracy,
     bootstrap_picks,
     calibrate_success_threshold,
@@ -76,7 +76,7 @@ def test_replay_reads_every_episode_and_its_recorded_outcome(tiny_lerobot_datase
 def test_calibrate_only_uses_held_out_episodes_or_all_of_a_calibration_dataset(
     tiny_lerobot_dataset, tmp_path, monkeypatch, held_out_fraction, expected
 ):
-    from world_model import trainer
+    from worldloop.world_model import trainer
 
     root = tiny_lerobot_dataset(tmp_path, episodes=4, length=[5, 6, 5, 6], cameras=("front",))
     dit = VideoDiTConfig(image_size=16, patch_size=4, width=32, depth=1, heads=2, context_frames=2)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from benchmarks.success_head_in_imagination import judge, step_truth
-from sim.tabletop_env import TabletopEnv
-from vla.sim_evaluation import SimEvalConfig
+from worldloop.sim.tabletop_env import TabletopEnv
+from worldloop.vla.sim_evaluation import SimEvalConfig
 
 
 def test_step_truth_is_the_reach_rule_on_each_imagined_step():

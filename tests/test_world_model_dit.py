@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from world_model import flow
-from world_model.dit import VideoDiT, VideoDiTConfig
-from world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model import flow
+from worldloop.world_model.dit import VideoDiT, VideoDiTConfig
+from worldloop.world_model.model import WorldModel, WorldModelConfig
 
 SIZE = 16
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from common.text import hash_words, hashed_batch
-from world_model.heads import OutcomeHeads, OutcomeHeadsConfig
+from worldloop.common.text import hash_words, hashed_batch
+from worldloop.world_model.heads import OutcomeHeads, OutcomeHeadsConfig
 
 
 def test_hashed_words_are_stable_and_padded():

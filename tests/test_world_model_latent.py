@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from world_model.codec import AutoencoderConfig
-from world_model.dit import VideoDiTConfig
-from world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.codec import AutoencoderConfig
+from worldloop.world_model.dit import VideoDiTConfig
+from worldloop.world_model.model import WorldModel, WorldModelConfig
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from world_model.dit import VideoDiTConfig
-from world_model.metrics import (
+from worldloop.world_model.dit import VideoDiTConfig
+from worldloop.world_model.metrics import (
     HeldOutWindows,
     imagine,
     masked_psnr,
@@ -18,8 +18,8 @@ from world_model.metrics import (
     ssim,
     summarize,
 )
-from world_model.model import WorldModel, WorldModelConfig
-from world_model.sampler import SamplerConfig, noise_levels, sample
+from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.sampler import SamplerConfig, noise_levels, sample
 
 
 def test_psnr_and_ssim_of_known_errors():

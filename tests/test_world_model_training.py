@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.config import ConfigError, parse_cli
-from common.training import TrainLoopConfig, run_training
-from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
-from data.stats import dataset_stats
-from data.windows import WorldModelWindows
-from world_model.dit import VideoDiTConfig
-from world_model.idm import InverseDynamicsConfig
-from world_model.model import WorldModel, WorldModelConfig
-from world_model.trainer import TrainWorldModelConfig, train
+from worldloop.common.config import ConfigError, parse_cli
+from worldloop.common.training import TrainLoopConfig, run_training
+from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
+from worldloop.data.stats import dataset_stats
+from worldloop.data.windows import WorldModelWindows
+from worldloop.world_model.dit import VideoDiTConfig
+from worldloop.world_model.idm import InverseDynamicsConfig
+from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.trainer import TrainWorldModelConfig, train
 
 REPO = Path(__file__).resolve().parents[1]
 SIZE = 16

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from data.features import ACTION, STATE, TASK, image_key
-from data.stats import compute_stats
+from worldloop.data.features import ACTION, STATE, TASK, image_key
+from worldloop.data.stats import compute_stats
 
 STATE_MEAN, STATE_STD = [0.1, 0.2, 0.3, 0.4], [0.5, 0.5, 1.0, 2.0]
 ACTION_MEAN, ACTION_STD = [0.0, 0.5, 1.0, -0.5], [0.3, 0.6, 0.9, 1.2]

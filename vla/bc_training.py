@@ -9,17 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.checkpoint import save_json
-from common.config import ConfigError, save_config
-from common.training import TrainLoopConfig, run_training
-from data.dataset import DatasetConfig, EpisodeDataset
-from data.features import SUCCESS
-from data.stats import dataset_stats
-from data.windows import PolicySamples
-from vla.factory import make_policy, policy_classes
-from vla.flow_vla import FlowVLAConfig
-from vla.lerobot_adapters import ACTAdapterConfig, DiffusionAdapterConfig
-from vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
+from worldloop.common.checkpoint import save_json
+from worldloop.common.config import ConfigError, save_config
+from worldloop.common.training import TrainLoopConfig, run_training
+from worldloop.data.dataset import DatasetConfig, EpisodeDataset
+from worldloop.data.features import SUCCESS
+from worldloop.data.stats import dataset_stats
+from worldloop.data.windows import PolicySamples
+from worldloop.vla.factory import make_policy, policy_classes
+from worldloop.vla.flow_vla import FlowVLAConfig
+from worldloop.vla.lerobot_adapters import ACTAdapterConfig, DiffusionAdapterConfig
+from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 
 
 @dataclass

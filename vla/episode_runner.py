@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from common.rng import torch_seeded
-from vla.policy import Policy
+from worldloop.common.rng import torch_seeded
+from worldloop.vla.policy import Policy
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:

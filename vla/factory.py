@@ -7,11 +7,16 @@ from pathlib import Path
 
 import yaml
 
-from vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
-from vla.lerobot_adapters import ACTAdapter, ACTAdapterConfig, DiffusionAdapter, DiffusionAdapterConfig
-from vla.lerobot_pretrained import CONFIG_FILE as LEROBOT_CONFIG_FILE
-from vla.lerobot_pretrained import load_lerobot_policy
-from vla.policy import Policy
+from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
+from worldloop.vla.lerobot_adapters import (
+    ACTAdapter,
+    ACTAdapterConfig,
+    DiffusionAdapter,
+    DiffusionAdapterConfig,
+)
+from worldloop.vla.lerobot_pretrained import CONFIG_FILE as LEROBOT_CONFIG_FILE
+from worldloop.vla.lerobot_pretrained import load_lerobot_policy
+from worldloop.vla.policy import Policy
 
 POLICY_CLASSES: dict[str, tuple[type, type[Policy]]] = {
     "flow_vla": (FlowVLAConfig, FlowVLAPolicy),

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from data.features import ACTION, DEFAULT_CAMERAS, STATE, image_key
-from data.stats import Stats
-from sim.embodiment import TABLETOP_ARM
-from vla.pretrained import PretrainedPolicy
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.features import ACTION, DEFAULT_CAMERAS, STATE, image_key
+from worldloop.data.stats import Stats
+from worldloop.vla.pretrained import PretrainedPolicy
 
 
 @dataclass

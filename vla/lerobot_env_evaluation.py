@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from data.features import STATE, TASK, image_key
-from vla.episode_runner import run_episodes, success_summary
-from vla.policy import Policy
+from worldloop.data.features import STATE, TASK, image_key
+from worldloop.vla.episode_runner import run_episodes, success_summary
+from worldloop.vla.policy import Policy
 
 
 @dataclass

@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from data.features import ACTION, IMAGE_PREFIX, STATE, TASK
-from vla.policy import Policy
+from worldloop.data.features import ACTION, IMAGE_PREFIX, STATE, TASK
+from worldloop.vla.policy import Policy
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

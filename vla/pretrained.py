@@ -11,11 +11,11 @@ from pathlib import Path
 
 import torch
 
-from common.checkpoint import atomic_directory, load_model_weights, save_tensors
-from common.config import load_config, save_config
-from data.features import ACTION, STATE
-from data.stats import Normalizer, Stats, load_stats, save_stats
-from vla.policy import Policy
+from worldloop.common.checkpoint import atomic_directory, load_model_weights, save_tensors
+from worldloop.common.config import load_config, save_config
+from worldloop.data.features import ACTION, STATE
+from worldloop.data.stats import Normalizer, Stats, load_stats, save_stats
+from worldloop.vla.policy import Policy
 
 
 class PretrainedPolicy(Policy):

@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from data.features import STATE, TASK, image_key
-from vla.episode_runner import run_episodes, success_summary
-from vla.episode_runner import wilson_interval as wilson_interval  # imported from here by other modules
-from vla.policy import Policy
+from worldloop.data.features import STATE, TASK, image_key
+from worldloop.vla.episode_runner import run_episodes, success_summary
+from worldloop.vla.episode_runner import (
+    wilson_interval as wilson_interval,  # imported from here by other modules
+)
+from worldloop.vla.policy import Policy
 
 
 @dataclass
@@ -28,7 +30,7 @@ class SimEvalConfig:
 
     def env_config(self, image_size: int, cameras: tuple[str, ...], terminate_on_success: bool = True):
         """The `TabletopEnvConfig` of these episodes, rendering `cameras` at `image_size`."""
-        from sim.tabletop_env import TabletopEnvConfig  # here: importing the sim loads MuJoCo
+        from worldloop.sim.tabletop_env import TabletopEnvConfig  # here: importing the sim loads MuJoCo
 
         return TabletopEnvConfig(
             task=self.task,
@@ -89,7 +91,7 @@ def evaluate_in_sim(
     `cfg.videos` episodes are written to `video_dir/videos/` when it is given."""
     import gymnasium as gym
 
-    import sim  # registers the envs
+    from worldloop import sim  # registers the envs
 
     cameras = tuple(policy.config.cameras)
     h, w = policy.config.image_size

@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from common.checkpoint import atomic_write_text
-from data.actor_recording import grow_dataset, record_actor_episodes
-from data.features import STATE, TASK, image_key
-from data.recording import RECORDING_META, RecordingConfig, policy_recording_parts, prepare_root
-from sim.tabletop_env import TabletopEnv, TabletopEnvConfig
-from vla.factory import load_policy
-from vla.policy import Policy
+from worldloop.common.checkpoint import atomic_write_text
+from worldloop.data.actor_recording import grow_dataset, record_actor_episodes
+from worldloop.data.features import STATE, TASK, image_key
+from worldloop.data.recording import RECORDING_META, RecordingConfig, policy_recording_parts, prepare_root
+from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
+from worldloop.vla.factory import load_policy
+from worldloop.vla.policy import Policy
 
 
 class KeepsLastObservation(gym.Wrapper):

@@ -22,7 +22,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-import cuda_ext
+from worldloop import cuda_ext
 
 BACKENDS = ("sdpa", "xformers", "cuda_ext")
 

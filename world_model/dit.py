@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import cuda_ext
-from world_model.attention import BACKENDS, frame_attention
+from worldloop import cuda_ext
+from worldloop.world_model.attention import BACKENDS, frame_attention
 
 
 @dataclass

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from common.text import hashed_batch
+from worldloop.common.text import hashed_batch
 
 
 @dataclass

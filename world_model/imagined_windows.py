@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from data.dataset import EpisodeDataset
-from data.windows import WorldModelWindows
+from worldloop.data.dataset import EpisodeDataset
+from worldloop.data.windows import WorldModelWindows
 
 
 class ImaginedWindows(WorldModelWindows):

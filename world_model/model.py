@@ -18,16 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.checkpoint import load_model_weights, save_tensors
-from common.config import load_config, save_config
-from data.features import ACTION, STATE
-from data.stats import Normalizer, Stats, load_stats, save_stats
-from world_model import flow
-from world_model.codec import AutoencoderConfig, FrameCodec
-from world_model.dit import VideoDiT, VideoDiTConfig
-from world_model.heads import OutcomeHeads, OutcomeHeadsConfig
-from world_model.idm import InverseDynamicsConfig, InverseDynamicsModel
-from world_model.sampler import SamplerConfig, sample
+from worldloop.common.checkpoint import load_model_weights, save_tensors
+from worldloop.common.config import load_config, save_config
+from worldloop.data.features import ACTION, STATE
+from worldloop.data.stats import Normalizer, Stats, load_stats, save_stats
+from worldloop.world_model import flow
+from worldloop.world_model.codec import AutoencoderConfig, FrameCodec
+from worldloop.world_model.dit import VideoDiT, VideoDiTConfig
+from worldloop.world_model.heads import OutcomeHeads, OutcomeHeadsConfig
+from worldloop.world_model.idm import InverseDynamicsConfig, InverseDynamicsModel
+from worldloop.world_model.sampler import SamplerConfig, sample
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]
 

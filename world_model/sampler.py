@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-import cuda_ext
+from worldloop import cuda_ext
 
 METHODS = ("euler", "heun")
 

@@ -23,9 +23,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from data.dataset import EpisodeDataset
-from world_model.model import WorldModel
-from world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig, from_dataset, replay_actions
+from worldloop.data.dataset import EpisodeDataset
+from worldloop.world_model.model import WorldModel
+from worldloop.world_model.world_model_env import (
+    WorldModelEnv,
+    WorldModelEnvConfig,
+    from_dataset,
+    replay_actions,
+)
 
 CANDIDATES = tuple(round(float(t), 2) for t in np.arange(0.5, 0.96, 0.05))
 

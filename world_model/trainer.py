@@ -16,17 +16,17 @@ import torch
 from accelerate import PartialState
 from torch.utils.data import ConcatDataset
 
-from common.checkpoint import atomic_directory, load_matching_weights, save_json
-from common.config import load_config
-from common.training import TrainLoopConfig, run_training
-from data.dataset import DatasetConfig, DatasetError, EpisodeDataset
-from data.stats import dataset_stats, load_stats
-from data.windows import WorldModelWindows
-from world_model.imagined_windows import ImaginedWindows
-from world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, summarize
-from world_model.model import WorldModel, WorldModelConfig
-from world_model.success_calibration import calibrate_success_threshold
-from world_model.visualize import horizon_plot, side_by_side_video
+from worldloop.common.checkpoint import atomic_directory, load_matching_weights, save_json
+from worldloop.common.config import load_config
+from worldloop.common.training import TrainLoopConfig, run_training
+from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
+from worldloop.data.stats import dataset_stats, load_stats
+from worldloop.data.windows import WorldModelWindows
+from worldloop.world_model.imagined_windows import ImaginedWindows
+from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, summarize
+from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.success_calibration import calibrate_success_threshold
+from worldloop.world_model.visualize import horizon_plot, side_by_side_video
 
 
 @dataclass

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from data.dataset import EpisodeDataset
-from data.features import STATE, TASK, image_key
-from sim.embodiment import TABLETOP_ARM, EmbodimentSpec
-from world_model.model import WorldModel
+from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec
+from worldloop.data.dataset import EpisodeDataset
+from worldloop.data.features import STATE, TASK, image_key
+from worldloop.world_model.model import WorldModel
 
 
 @dataclass

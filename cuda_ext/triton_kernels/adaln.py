@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from cuda_ext.adaln import MAX_KERNEL_CHANNELS
+from worldloop.cuda_ext.adaln import MAX_KERNEL_CHANNELS
 
 
 @triton.jit

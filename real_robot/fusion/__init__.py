@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from real_robot.fusion.base import Chunk, ChunkFuser, KinematicState
-from real_robot.fusion.naive import NaiveFuser
-from real_robot.fusion.rail import RailFuser
-from real_robot.fusion.rtc import RTCFuser
-from real_robot.fusion.temporal_ensemble import TemporalEnsembleFuser
-from real_robot.fusion.weighted_average import WeightedAverageFuser
+from worldloop.real_robot.fusion.base import Chunk, ChunkFuser, KinematicState
+from worldloop.real_robot.fusion.naive import NaiveFuser
+from worldloop.real_robot.fusion.rail import RailFuser
+from worldloop.real_robot.fusion.rtc import RTCFuser
+from worldloop.real_robot.fusion.temporal_ensemble import TemporalEnsembleFuser
+from worldloop.real_robot.fusion.weighted_average import WeightedAverageFuser
 
 FUSERS = ("naive", "temporal_ensemble", "weighted_average", "rail", "rtc")
 

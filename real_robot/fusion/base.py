@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.embodiment import EmbodimentSpec
+from worldloop.common.embodiment import EmbodimentSpec
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from real_robot.fusion.base import Chunk, ChunkFuser, KinematicState
+from worldloop.real_robot.fusion.base import Chunk, ChunkFuser, KinematicState
 
 
 class NaiveFuser(ChunkFuser):

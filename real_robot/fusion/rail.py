@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from real_robot.fusion.base import Chunk, ChunkFuser, KinematicState
-from real_robot.fusion.smoother import PolynomialSmoother, PolynomialTrajectory
+from worldloop.real_robot.fusion.base import Chunk, ChunkFuser, KinematicState
+from worldloop.real_robot.fusion.smoother import PolynomialSmoother, PolynomialTrajectory
 
 
 def quintic_correction(dp: np.ndarray, dv: np.ndarray, da: np.ndarray, duration: float) -> np.ndarray:

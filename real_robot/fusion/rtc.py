@@ -9,7 +9,7 @@ Policies without prefix inpainting get plain `naive` behaviour (the runtime warn
 
 from __future__ import annotations
 
-from real_robot.fusion.naive import NaiveFuser
+from worldloop.real_robot.fusion.naive import NaiveFuser
 
 
 class RTCFuser(NaiveFuser):

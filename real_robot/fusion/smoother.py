@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.polynomial import polynomial as P  # least-squares fit only
 
-from real_robot.fusion.base import Chunk
+from worldloop.real_robot.fusion.base import Chunk
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from real_robot.fusion.base import Chunk, ChunkFuser, KinematicState
+from worldloop.real_robot.fusion.base import Chunk, ChunkFuser, KinematicState
 
 
 class TemporalEnsembleFuser(ChunkFuser):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data.features import DEFAULT_CAMERAS
-from sim.embodiment import TABLETOP_ARM
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.features import DEFAULT_CAMERAS
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from common.text import hashed_batch
-from vla.flow_vla.configuration_flow_vla import LanguageConfig
+from worldloop.common.text import hashed_batch
+from worldloop.vla.flow_vla.configuration_flow_vla import LanguageConfig
 
 
 class HashWordEncoder(nn.Module):
@@ -32,6 +32,6 @@ class HashWordEncoder(nn.Module):
 def build_language_encoder(cfg: LanguageConfig, dim: int) -> nn.Module:
     if cfg.encoder == "hash":
         return HashWordEncoder(cfg, dim)
-    from vla.flow_vla.minilm import MiniLMInstructionEncoder
+    from worldloop.vla.flow_vla.minilm import MiniLMInstructionEncoder
 
     return MiniLMInstructionEncoder(cfg, dim)

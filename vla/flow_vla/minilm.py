@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.checkpoint import load_json, load_tensors
-from vla.flow_vla.configuration_flow_vla import LanguageConfig
+from worldloop.common.checkpoint import load_json, load_tensors
+from worldloop.vla.flow_vla.configuration_flow_vla import LanguageConfig
 
 
 def minilm_dir() -> Path:

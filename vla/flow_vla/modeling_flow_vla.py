@@ -14,13 +14,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from data.features import ACTION, STATE, TASK, image_key
-from data.stats import Stats
-from vla.flow_vla import flow_matching
-from vla.flow_vla.configuration_flow_vla import FlowVLAConfig
-from vla.flow_vla.language_encoder import build_language_encoder
-from vla.flow_vla.vision_encoder import ImageTokenizer, random_shift
-from vla.pretrained import PretrainedPolicy
+from worldloop.data.features import ACTION, STATE, TASK, image_key
+from worldloop.data.stats import Stats
+from worldloop.vla.flow_vla import flow_matching
+from worldloop.vla.flow_vla.configuration_flow_vla import FlowVLAConfig
+from worldloop.vla.flow_vla.language_encoder import build_language_encoder
+from worldloop.vla.flow_vla.vision_encoder import ImageTokenizer, random_shift
+from worldloop.vla.pretrained import PretrainedPolicy
 
 
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:

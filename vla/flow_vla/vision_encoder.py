@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.checkpoint import load_tensors, load_torch
-from vla.flow_vla.configuration_flow_vla import VisionConfig
+from worldloop.common.checkpoint import load_tensors, load_torch
+from worldloop.vla.flow_vla.configuration_flow_vla import VisionConfig
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -102,6 +102,6 @@ def embodiment_by_name(name: str) -> EmbodimentSpec:
     if spec is None:
         raise ValueError(
             f"embodiment={name!r} is not a known arm; expected one of {sorted(EMBODIMENTS)} "
-            "(add an EmbodimentSpec to sim/embodiment.py for another robot)"
+            "(add an EmbodimentSpec to common/embodiment.py for another robot)"
         )
     return spec
