@@ -10,7 +10,7 @@ future_actions [B, H, A])` returns the H frames that follow; future_actions[:, k
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,45 @@ from worldloop.world_model.idm import InverseDynamicsConfig, InverseDynamicsMode
 from worldloop.world_model.sampler import SamplerConfig, sample
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class NoisedWindow:
+    """A training window on the flow path (all encoded: [-1, 1] pixels or latents, [B, T, V, C, h, w])."""
+
+    x: torch.Tensor  # [B, T, ...] the window, noise-free
+    clean: torch.Tensor  # [B, T, ...] every frame as context, lightly noised at ctx_t
+    ctx_t: torch.Tensor  # [B, T] the context frames' noise levels
+    noisy: torch.Tensor  # [B, T-1, ...] frames 1..T-1 as targets, noised at target_t
+    noise: torch.Tensor  # [B, T-1, ...] the targets' noise
+    target_t: torch.Tensor  # [B, T-1] the targets' noise levels
+
+
+@dataclass
+class TeacherForcedConditioners:
+    """What the DiT reads besides the frames in a teacher-forced pass over T context frames then T-1 targets
+    (2T-1 positions)."""
+
+    prev: torch.Tensor  # [B, 2T-1, V, C, h, w] each position's previous (context) frame
+    actions: torch.Tensor  # [B, 2T-1, A'] features of the action that leads to each position's frame
+    valid: torch.Tensor  # [B, 2T-1] bool: the action is known and kept
+    ctx_t: torch.Tensor  # [B, T] the context frames' noise levels
+    target_t: torch.Tensor  # [B, T-1] the targets' noise levels
+    index: torch.Tensor  # [2T-1] each position's time index (0..T-1, then 1..T-1)
+
+
+@dataclass
+class RolloutContext:
+    """A rollout's context window before its next frame."""
+
+    last: torch.Tensor  # [B, 1, V, C, h, w] the last frame (encoded, noised as context)
+    previous_action: torch.Tensor | None  # [B, 1, A] the normalised action that led to it (None: unknown)
+    cache: KVCache | None  # keys/values of the last `dit.context_frames` frames (KV-cache path)
+    history: dict | None  # every frame's DiT inputs so far (recompute path)
+    next_index: int  # the next frame's time index
+
+    def index(self) -> torch.Tensor:
+        return torch.tensor([self.next_index], device=self.last.device)
 
 
 @dataclass
@@ -207,27 +246,8 @@ class WorldModel(nn.Module):
         if not outcomes:
             raise KeyError("heads-only training needs next.reward/success/done labels; the batch has none")
         pixels, _ = self._with_views(frames, "frames")
-        pred = self.outcomes(
-            self.frames_in(pixels[:, 1:]),
-            task,
-            None if state is None else state[:, 1:],
-            self._first_frame(first_frame),
-        )
-        loss = self._outcome_loss(pred, outcomes)
+        loss = self.outcome_heads_loss(self.frames_in(pixels), outcomes, state, task, first_frame)
         return loss, {"loss/heads": loss.item()}
-
-    @staticmethod
-    def _outcome_loss(pred: dict[str, torch.Tensor], outcomes: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Heads' predictions for frames 1..T-1 against the labels of transitions 0..T-2 ([B, T] each)."""
-        b = next(iter(pred.values())).shape[0]
-        loss = torch.zeros((), device=pred["reward"].device)
-        if "reward" in outcomes:
-            loss = loss + F.mse_loss(pred["reward"], outcomes["reward"][:, :-1].float().reshape(b, -1))
-        for key, name in (("success", "success_logit"), ("done", "done_logit")):
-            if key in outcomes:
-                label = outcomes[key][:, :-1].float().reshape(b, -1)
-                loss = loss + F.binary_cross_entropy_with_logits(pred[name], label)
-        return loss
 
     @staticmethod
     def frames_in(frames: torch.Tensor) -> torch.Tensor:
@@ -304,148 +324,195 @@ class WorldModel(nn.Module):
         first frame (read by the heads with heads.use_first_frame).
         Every frame 1..T-1 is a target, denoised from its own noise level while seeing clean (lightly
         noised) earlier frames, the same view it has in a KV-cache rollout.
+        Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
+        compute_conditioners, compute_model_output, diffusion_loss (through wrap_model_output),
+        outcome_heads_loss (with outcomes), idm_loss.
         """
         cfg = self.cfg
+        pixels, x, a = self.encode_window(frames, actions)
+        window = self.noise_window(x)
+        keep = self.sample_action_keep(window.target_t)
+        if cfg.self_forcing > 0:
+            window = self.self_force_context(window, a)
+        cond = self.compute_conditioners(window.clean, window.ctx_t, window.target_t, a, keep)
+        out = self.compute_model_output(window.clean, window.noisy, cond)
+        loss, x0_mse = self.diffusion_loss(out, window)
+        logs = {"loss/diffusion": loss.item(), "loss/x0_mse": x0_mse.item()}
+        if outcomes:
+            head_loss = self.outcome_heads_loss(pixels, outcomes, state, task, first_frame)
+            loss = loss + cfg.head_loss_weight * head_loss
+            logs["loss/heads"] = head_loss.item()
+        idm_loss = self.idm_loss(pixels, a, state)
+        logs["loss/idm"] = idm_loss.item()
+        loss = loss + cfg.idm_loss_weight * idm_loss
+        logs["loss/total"] = loss.item()
+        return loss, logs
+
+    def encode_window(
+        self, frames: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Normalise and encode a window: frames [B, T, (V,) 3, H, W] in [0, 1] (or uint8) and actions
+        [B, T, A] in dataset units -> pixels [B, T, V, 3, H, W] in [-1, 1], the DiT's frames x [B, T, V, C, h, w]
+        (the pixels themselves, or their latents) and the normalised actions [B, T, A]."""
         pixels, _ = self._with_views(frames, "frames")
         pixels = self.frames_in(pixels)
         x = self.codec.encode(pixels)
         b, t_len = x.shape[:2]
         if t_len < 2:
             raise ValueError(f"training windows need at least 2 frames, got {t_len}")
-        if actions.shape[:2] != (b, t_len) or actions.shape[-1] != cfg.dit.action_dim:
-            raise ValueError(
-                f"actions: expected [{b}, {t_len}, {cfg.dit.action_dim}], got {list(actions.shape)}"
-            )
-        a = self.normalize_action(actions)
-        dev = x.device
+        a_dim = self.cfg.dit.action_dim
+        if actions.shape[:2] != (b, t_len) or actions.shape[-1] != a_dim:
+            raise ValueError(f"actions: expected [{b}, {t_len}, {a_dim}], got {list(actions.shape)}")
+        return pixels, x, self.normalize_action(actions)
 
-        ctx_t = torch.rand(b, t_len, device=dev) * cfg.context_noise_max
+    def noise_window(self, x: torch.Tensor) -> NoisedWindow:
+        """Sample noise levels and noise the window x [B, T, ...] (encoded): every frame as
+        context at a level ~ U(0, context_noise_max), frames 1..T-1 as targets at levels drawn from
+        `noise_distribution` above `noise_floor`. Draws from the global RNG: context levels, context noise,
+        target levels, target noise, in that order."""
+        cfg = self.cfg
+        b, t_len = x.shape[:2]
+        ctx_t = torch.rand(b, t_len, device=x.device) * cfg.context_noise_max
         clean = flow.add_noise(x, torch.randn_like(x), ctx_t)
-        target_t = flow.sample_training_t((b, t_len - 1), cfg.noise_distribution, device=dev)
+        target_t = flow.sample_training_t((b, t_len - 1), cfg.noise_distribution, device=x.device)
         target_t = cfg.noise_floor + (1 - cfg.noise_floor) * target_t
         noise = torch.randn_like(x[:, 1:])
-        noisy = flow.add_noise(x[:, 1:], noise, target_t)
+        return NoisedWindow(x, clean, ctx_t, flow.add_noise(x[:, 1:], noise, target_t), noise, target_t)
 
+    def sample_action_keep(self, target_t: torch.Tensor) -> torch.Tensor:
+        """Action dropout: which targets [B, T-1] (shaped like their noise levels) see their
+        action (True) and which are trained unconditionally for classifier-free guidance (one global draw)."""
+        return torch.rand(target_t.shape, device=target_t.device) >= self.cfg.action_dropout
+
+    def self_force_context(self, window: NoisedWindow, a: torch.Tensor) -> NoisedWindow:
+        """Self-forcing (`self_forcing` > 0): the window with context frames 1..T-1 of a `self_forcing`
+        share of its B windows replaced by the model's own no-grad estimates of them, from one teacher-forced
+        pass at noise levels ~ U(0.5, 1) (where a few-step sampler works), re-noised as context. a [B, T, A]:
+        the normalised actions."""
+        cfg = self.cfg
+        x, clean = window.x, window.clean
+        b = x.shape[0]
+        with torch.no_grad():
+            own_t = 0.5 + 0.5 * torch.rand(window.target_t.shape, device=x.device)
+            own_noisy = flow.add_noise(x[:, 1:], torch.randn_like(x[:, 1:]), own_t)
+            all_actions = torch.ones_like(window.target_t, dtype=torch.bool)
+            cond = self.compute_conditioners(clean, window.ctx_t, own_t, a, all_actions)
+            own = self.clamp_pixels(
+                self.wrap_model_output(self.compute_model_output(clean, own_noisy, cond), own_noisy, own_t)
+            )
+            own = flow.add_noise(own, torch.randn_like(own), window.ctx_t[:, 1:])
+            pick = (torch.rand(b, device=x.device) < cfg.self_forcing).view(b, *[1] * (x.dim() - 1))
+            clean = torch.cat([clean[:, :1], torch.where(pick, own, clean[:, 1:])], 1)
+        return replace(window, clean=clean)
+
+    def compute_conditioners(
+        self,
+        clean: torch.Tensor,
+        ctx_t: torch.Tensor,
+        target_t: torch.Tensor,
+        a: torch.Tensor,
+        keep: torch.Tensor,
+    ) -> TeacherForcedConditioners:
+        """What the DiT reads besides the frames in the teacher-forced layout (T context frames,
+        then T-1 targets): context frames clean [B, T, ...] at levels ctx_t [B, T], targets at levels target_t
+        [B, T-1], normalised actions a [B, T, A] (frame i is generated under action i - 1; frame 0 has none),
+        keep [B, T-1]: which targets see their action."""
+        b, t_len = clean.shape[:2]
+        dev = clean.device
         lead_actions = self.lead_action_features(a)  # frame i <- action i-1
         has_action = torch.ones(b, t_len, dtype=torch.bool, device=dev)
         has_action[:, 0] = False
-        keep = torch.rand(b, t_len - 1, device=dev) >= cfg.action_dropout
-        time_index = torch.cat([torch.arange(t_len, device=dev), torch.arange(1, t_len, device=dev)])
+        prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
+        return TeacherForcedConditioners(
+            prev=torch.cat([prev_clean, clean[:, :-1]], 1),
+            actions=torch.cat([lead_actions, lead_actions[:, 1:]], 1),
+            valid=torch.cat([has_action, keep], 1),
+            ctx_t=ctx_t,
+            target_t=target_t,
+            index=torch.cat([torch.arange(t_len, device=dev), torch.arange(1, t_len, device=dev)]),
+        )
 
-        def teacher_forced_pass(clean, noisy, target_t, keep):
-            sd, par = cfg.sigma_data, cfg.parameterisation
-            seq = torch.cat(
-                [flow.input_scale(clean, ctx_t, par, sd), flow.input_scale(noisy, target_t, par, sd)], 1
-            )
-            prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
-            out, _ = self.dit(
-                seq,
-                torch.cat([prev_clean, clean[:, :-1]], 1),
-                torch.cat([lead_actions, lead_actions[:, 1:]], 1),
-                torch.cat([has_action, keep], 1),
-                torch.cat([ctx_t, target_t], 1),
-                time_index,
-                teacher_forced=True,
-            )
-            return out
-
-        if cfg.self_forcing > 0:
-            with torch.no_grad():
-                own_t = 0.5 + 0.5 * torch.rand(b, t_len - 1, device=dev)
-                own_noisy = flow.add_noise(x[:, 1:], torch.randn_like(x[:, 1:]), own_t)
-                own_out = teacher_forced_pass(clean, own_noisy, own_t, torch.ones_like(keep))
-                own = flow.to_x0(own_out[:, t_len:], own_noisy, own_t, cfg.parameterisation, cfg.sigma_data)
-                if not self.codec.latent:
-                    own = own.clamp(-1, 1)
-                own = flow.add_noise(own, torch.randn_like(own), ctx_t[:, 1:])
-                pick = (torch.rand(b, device=dev) < cfg.self_forcing).view(b, *[1] * (x.dim() - 1))
-                clean = torch.cat([clean[:, :1], torch.where(pick, own, clean[:, 1:])], 1)
-
-        out = teacher_forced_pass(clean, noisy, target_t, keep)
+    def compute_model_output(
+        self, clean: torch.Tensor, noisy: torch.Tensor, cond: TeacherForcedConditioners
+    ) -> torch.Tensor:
+        """One teacher-forced DiT pass: context frames clean [B, T, ...] and noisy targets
+        [B, T-1, ...] scaled for the parameterisation -> the raw output for the targets [B, T-1, ...] (in the
+        parameterisation's own units: x0, velocity or the EDM network output)."""
+        cfg = self.cfg
         sd, par = cfg.sigma_data, cfg.parameterisation
-        target = flow.training_target(x[:, 1:], noise, noisy, target_t, par, sd)
-        diffusion = F.mse_loss(out[:, t_len:], target)
+        seq = torch.cat(
+            [flow.input_scale(clean, cond.ctx_t, par, sd), flow.input_scale(noisy, cond.target_t, par, sd)], 1
+        )
+        out, _ = self.dit(
+            seq,
+            cond.prev,
+            cond.actions,
+            cond.valid,
+            torch.cat([cond.ctx_t, cond.target_t], 1),
+            cond.index,
+            teacher_forced=True,
+        )
+        return out[:, clean.shape[1] :]
+
+    def wrap_model_output(self, out: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """The DiT's raw output for frames x_t at noise levels t [B, F] -> their denoised estimate x0
+        (encoded units, not clamped). Used by the loss and by each denoising step of a rollout."""
+        return flow.to_x0(out, x_t, t, self.cfg.parameterisation, self.cfg.sigma_data)
+
+    def clamp_pixels(self, x0: torch.Tensor) -> torch.Tensor:
+        """A denoised estimate clamped to [-1, 1] in pixel space; latents have no fixed range."""
+        return x0 if self.codec.latent else x0.clamp(-1, 1)
+
+    def diffusion_loss(self, out: torch.Tensor, window: NoisedWindow) -> tuple[torch.Tensor, torch.Tensor]:
+        """The frames' loss: the raw output for the targets [B, T-1, ...] against the
+        parameterisation's target (MSE), and, without gradient, the MSE of the denoised estimate to the
+        clean frames (a log)."""
+        cfg = self.cfg
+        sd, par = cfg.sigma_data, cfg.parameterisation
+        x = window.x[:, 1:]
+        target = flow.training_target(x, window.noise, window.noisy, window.target_t, par, sd)
+        diffusion = F.mse_loss(out, target)
         with torch.no_grad():
-            x0_mse = F.mse_loss(flow.to_x0(out[:, t_len:], noisy, target_t, par, sd), x[:, 1:])
-        logs = {"loss/diffusion": diffusion.item(), "loss/x0_mse": x0_mse.item()}
-        loss = diffusion
+            x0_mse = F.mse_loss(self.wrap_model_output(out, window.noisy, window.target_t), x)
+        return diffusion, x0_mse
 
-        if outcomes:
-            first = self._first_frame(first_frame)
-            pred = self.outcomes(pixels[:, 1:], task, None if state is None else state[:, 1:], first)
-            head_loss = self._outcome_loss(pred, outcomes)
-            loss = loss + cfg.head_loss_weight * head_loss
-            logs["loss/heads"] = head_loss.item()
+    def outcome_heads_loss(
+        self,
+        pixels: torch.Tensor,
+        outcomes: dict[str, torch.Tensor],
+        state: torch.Tensor | None,
+        task: list[str] | None,
+        first_frame: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The outcome heads' loss: their predictions for frames 1..T-1 of pixels [B, T, V, 3, H, W] in
+        [-1, 1] against the labels of transitions 0..T-2 (outcomes [B, T] each: reward by MSE, success and
+        done by BCE on logits); state [B, T, S] and first_frame [B, (V,) 3, H, W] in [0, 1] as `compute_loss`."""
+        pred = self.outcomes(
+            pixels[:, 1:], task, None if state is None else state[:, 1:], self._first_frame(first_frame)
+        )
+        b = pixels.shape[0]
+        loss = torch.zeros((), device=pred["reward"].device)
+        if "reward" in outcomes:
+            loss = loss + F.mse_loss(pred["reward"], outcomes["reward"][:, :-1].float().reshape(b, -1))
+        for key, name in (("success", "success_logit"), ("done", "done_logit")):
+            if key in outcomes:
+                label = outcomes[key][:, :-1].float().reshape(b, -1)
+                loss = loss + F.binary_cross_entropy_with_logits(pred[name], label)
+        return loss
 
+    def idm_loss(self, pixels: torch.Tensor, a: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        """The inverse dynamics' loss: actions 0..T-2 predicted from consecutive frames of pixels
+        [B, T, V, 3, H, W] in [-1, 1] (and the states [B, T, S] with idm.use_state) against the normalised
+        actions a [B, T, A] (MSE)."""
         s = None
-        if cfg.idm.use_state:
+        if self.cfg.idm.use_state:
             if state is None:
                 raise ValueError("idm.use_state=True but the batch has no observation.state")
             s = self.normalize_state(state[:, :-1]).flatten(0, 1)
         idm_pred = self.idm(pixels[:, :-1].flatten(0, 1), pixels[:, 1:].flatten(0, 1), s)
-        idm_loss = F.mse_loss(idm_pred, a[:, :-1].flatten(0, 1))
-        logs["loss/idm"] = idm_loss.item()
-        loss = loss + cfg.idm_loss_weight * idm_loss
-        logs["loss/total"] = loss.item()
-        return loss, logs
+        return F.mse_loss(idm_pred, a[:, :-1].flatten(0, 1))
 
     # ---- rollouts ------------------------------------------------------------------------------------
-    def _x0(
-        self,
-        x_t: torch.Tensor,
-        prev: torch.Tensor,
-        a: torch.Tensor,
-        valid: torch.Tensor,
-        t: float,
-        index: torch.Tensor,
-        cache: KVCache | None,
-        history: dict | None,
-    ) -> torch.Tensor:
-        """x0 estimate for the last frame; with `history` (recompute path) the whole past is re-run."""
-        cfg = self.cfg
-        b = x_t.shape[0]
-        tt = torch.full((b, 1), t, device=x_t.device)
-        inp = flow.input_scale(x_t, tt, cfg.parameterisation, cfg.sigma_data)
-        if history is None:
-            out, _ = self.dit(inp, prev, a, valid, tt, index, kv_cache=cache)
-        else:
-            out, _ = self.dit(
-                torch.cat([history["x"], inp], 1),
-                torch.cat([history["prev"], prev], 1),
-                torch.cat([history["a"], a], 1),
-                torch.cat([history["valid"], valid], 1),
-                torch.cat([history["t"], tt], 1),
-                torch.cat([history["index"], index]),
-            )
-            out = out[:, -1:]
-        return flow.to_x0(out, x_t, tt, cfg.parameterisation, cfg.sigma_data)
-
-    def _context_pass(self, clean, prev, a, valid, index, cache, history):
-        """Run frames as (lightly noised) context: returns the updated KV cache, or the history the
-        recompute path re-runs at every denoising step."""
-        cfg = self.cfg
-        t = torch.full(clean.shape[:2], cfg.context_noise_rollout, device=clean.device)
-        inp = flow.input_scale(clean, t, cfg.parameterisation, cfg.sigma_data)
-        if history is None:
-            _, kv = self.dit(inp, prev, a, valid, t, index, kv_cache=cache)
-            keep = cfg.dit.context_frames * cfg.dit.frame_len
-            new_cache = [
-                (torch.cat([c[0], k], 2)[:, :, -keep:], torch.cat([c[1], v], 2)[:, :, -keep:])
-                if c
-                else (k, v)
-                for c, (k, v) in zip(cache or [None] * len(kv), kv)
-            ]
-            return new_cache, None
-        history = {
-            "x": torch.cat([history["x"], inp], 1),
-            "prev": torch.cat([history["prev"], prev], 1),
-            "a": torch.cat([history["a"], a], 1),
-            "valid": torch.cat([history["valid"], valid], 1),
-            "t": torch.cat([history["t"], t], 1),
-            "index": torch.cat([history["index"], index]),
-        }
-        return None, history
-
     @torch.no_grad()
     def rollout(
         self,
@@ -473,17 +540,50 @@ class WorldModel(nn.Module):
         Returns frames [B, H, (V,) 3, H, W] in [0, 1], rewards [B, H] and success probabilities [B, H],
         both for the transition into each generated frame (None for both when the heads read the joint
         state and no `future_state` is given: frames only). Deterministic given `generator`.
+        Steps: encode_context, then per frame rollout_step (denoise_next_frame, decode_frame,
+        append_to_context) and judge_frame.
         """
-        cfg = self.cfg
-        sampler = sampler or cfg.sampler
+        sampler = sampler or self.cfg.sampler
         if steps is not None:
             sampler = SamplerConfig(sampler.method, steps, sampler.guidance_scale, sampler.shift)
         sampler.validate()
+        ctx, squeeze = self._check_rollout_inputs(
+            context_frames, context_actions, future_actions, future_state
+        )
+        judge = future_state is not None or not self.cfg.heads.use_state  # heads that read the state need it
+        first = self._first_frame(ctx[:, 0] if first_frame is None else first_frame)
+        context = self.encode_context(ctx, context_actions, generator, use_cache)
+        frames, rewards, success = [], [], []
+        for k in range(future_actions.shape[1]):
+            context, pixels = self.rollout_step(context, future_actions[:, k : k + 1], sampler, generator)
+            frames.append(pixels)
+            if judge:
+                reward, p_success = self.judge_frame(
+                    pixels[:, 0], task, None if future_state is None else future_state[:, k], first
+                )
+                rewards.append(reward)
+                success.append(p_success)
+        gen = self.frames_out(torch.cat(frames, 1))
+        if squeeze:
+            gen = gen.squeeze(2)
+        if not judge:
+            return gen, None, None
+        return gen, torch.stack(rewards, 1), torch.stack(success, 1)
+
+    def _check_rollout_inputs(
+        self,
+        context_frames: torch.Tensor,
+        context_actions: torch.Tensor,
+        future_actions: torch.Tensor,
+        future_state: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, bool]:
+        """Shape checks of `rollout`'s inputs; returns the context frames as [B, C, V, 3, H, W] (still in
+        [0, 1]) and whether a camera axis was added to them."""
         ctx, squeeze = self._with_views(context_frames, "context_frames")
         b, c = ctx.shape[:2]
         if c < 1:
             raise ValueError("context_frames needs at least one frame")
-        a_dim = cfg.dit.action_dim
+        a_dim = self.cfg.dit.action_dim
         if tuple(context_actions.shape) != (b, c - 1, a_dim):
             raise ValueError(
                 f"context_actions: expected [{b}, {c - 1}, {a_dim}] (the actions between the {c} context frames), "
@@ -496,20 +596,42 @@ class WorldModel(nn.Module):
                 f"future_state: expected [{b}, {future_actions.shape[1]}, S] (one per future action), "
                 f"got {list(future_state.shape)}"
             )
+        return ctx, squeeze
+
+    def noise_as_context(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """Encoded frames x -> the same frames noised at `context_noise_rollout`, as a rollout keeps them in
+        its context (one draw of x's shape from `generator`)."""
+        dev = x.device
+        noise = torch.randn(x.shape, generator=generator, device=dev)
+        return flow.add_noise(x, noise, torch.tensor(self.cfg.context_noise_rollout, device=dev))
+
+    def encode_context(
+        self,
+        ctx: torch.Tensor,
+        context_actions: torch.Tensor,
+        generator: torch.Generator | None = None,
+        use_cache: bool = True,
+    ) -> RolloutContext:
+        """Prepare a rollout's context: frames ctx [B, C, V, 3, H, W] in [0, 1] and the C-1 actions
+        between them [B, C-1, A] in dataset units -> the rollout's starting point: frames encoded, noised as
+        context (`noise_as_context`) and run through the DiT once (into a KV cache with `use_cache`, else
+        kept as the history every denoising step re-runs)."""
+        b, c = ctx.shape[:2]
         dev = ctx.device
-        judge = future_state is not None or not cfg.heads.use_state  # heads that read the state need it
-        first = self._first_frame(ctx[:, 0] if first_frame is None else first_frame)
         x = self.codec.encode(self.frames_in(ctx))
         a_ctx = self.lead_action_features(
-            torch.cat([self.normalize_action(context_actions), torch.zeros(b, 1, a_dim, device=dev)], 1)
+            torch.cat(
+                [
+                    self.normalize_action(context_actions),
+                    torch.zeros(b, 1, self.cfg.dit.action_dim, device=dev),
+                ],
+                1,
+            )
         )
         previous = self.normalize_action(context_actions[:, -1:]) if c > 1 else None
         valid = torch.ones(b, c, dtype=torch.bool, device=dev)
         valid[:, 0] = False
-        s = cfg.context_noise_rollout
-        clean = flow.add_noise(
-            x, torch.randn(x.shape, generator=generator, device=dev), torch.tensor(s, device=dev)
-        )
+        clean = self.noise_as_context(x, generator)
         prev = torch.cat([clean[:, :1], clean[:, :-1]], 1)
         empty = (
             None
@@ -526,44 +648,131 @@ class WorldModel(nn.Module):
         cache, history = self._context_pass(
             clean, prev, a_ctx, valid, torch.arange(c, device=dev), None, empty
         )
-        last = clean[:, -1:]
-        frames, rewards, success = [], [], []
-        yes = torch.ones(b, 1, dtype=torch.bool, device=dev)
-        for k in range(future_actions.shape[1]):
-            index = torch.tensor([c + k], device=dev)
-            a_norm = self.normalize_action(future_actions[:, k : k + 1])
-            a = self.action_features(a_norm, previous)
-            previous = a_norm
+        return RolloutContext(clean[:, -1:], previous, cache, history, c)
 
-            def denoise(x_t, t, a=a, index=index, last=last, cache=cache, history=history):
-                cond = self._x0(x_t, last, a, yes, t, index, cache, history)
-                if sampler.guidance_scale == 1.0:
-                    return cond, None
-                return cond, self._x0(x_t, last, a, ~yes, t, index, cache, history)
+    def rollout_step(
+        self,
+        context: RolloutContext,
+        action: torch.Tensor,
+        sampler: SamplerConfig,
+        generator: torch.Generator | None = None,
+    ) -> tuple[RolloutContext, torch.Tensor]:
+        """One imagined frame: action [B, 1, A] in dataset units (it leads the context's last
+        frame to the new one) -> the context with the new frame appended and the frame [B, 1, V, 3, H, W]
+        in [-1, 1]. Draws the frame's noise, then its context noise, from `generator`."""
+        a_norm = self.normalize_action(action)
+        a = self.action_features(a_norm, context.previous_action)
+        x0 = self.denoise_next_frame(context, a, sampler, generator)
+        pixels = self.decode_frame(x0)
+        return self.append_to_context(context, x0, a, a_norm, generator), pixels
 
-            noise = torch.randn(last.shape, generator=generator, device=dev)
-            x0 = sample(denoise, noise, sampler)
-            if not self.codec.latent:
-                x0 = x0.clamp(-1, 1)  # pixels; latents have no fixed range
-            pixels = self.codec.decode(x0) if self.codec.latent else x0
-            frames.append(pixels)
-            clean_new = flow.add_noise(
-                x0, torch.randn(x0.shape, generator=generator, device=dev), torch.tensor(s, device=dev)
+    def denoise_next_frame(
+        self,
+        context: RolloutContext,
+        a: torch.Tensor,
+        sampler: SamplerConfig,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        """The sampler from pure noise to the next frame given the context and its action
+        features a [B, 1, A'] (`action_features`) -> x0 [B, 1, V, C, h, w] (encoded; clamped to [-1, 1] in
+        pixel space). With guidance, each step also asks for the action-free estimate."""
+        b = a.shape[0]
+        yes = torch.ones(b, 1, dtype=torch.bool, device=a.device)
+
+        def denoise(x_t, t):
+            cond = self.next_frame_x0(x_t, t, context, a, yes)
+            if sampler.guidance_scale == 1.0:
+                return cond, None
+            return cond, self.next_frame_x0(x_t, t, context, a, ~yes)
+
+        noise = torch.randn(context.last.shape, generator=generator, device=a.device)
+        return self.clamp_pixels(sample(denoise, noise, sampler))
+
+    def next_frame_x0(
+        self, x_t: torch.Tensor, t: float, context: RolloutContext, a: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
+        """One denoiser call: the next frame x_t [B, 1, V, C, h, w] at noise level t, after the context, under
+        action features a [B, 1, A'] (ignored where valid [B, 1] is False) -> its x0 estimate (encoded, not
+        clamped). Reads the KV cache, or re-runs the whole history on the recompute path."""
+        cfg = self.cfg
+        tt = torch.full((x_t.shape[0], 1), t, device=x_t.device)
+        inp = flow.input_scale(x_t, tt, cfg.parameterisation, cfg.sigma_data)
+        prev, index, history = context.last, context.index(), context.history
+        if history is None:
+            out, _ = self.dit(inp, prev, a, valid, tt, index, kv_cache=context.cache)
+        else:
+            out, _ = self.dit(
+                torch.cat([history["x"], inp], 1),
+                torch.cat([history["prev"], prev], 1),
+                torch.cat([history["a"], a], 1),
+                torch.cat([history["valid"], valid], 1),
+                torch.cat([history["t"], tt], 1),
+                torch.cat([history["index"], index]),
             )
-            cache, history = self._context_pass(clean_new, last, a, yes, index, cache, history)
-            if judge:
-                out = self.outcomes(
-                    pixels[:, 0], task, None if future_state is None else future_state[:, k], first
-                )
-                rewards.append(out["reward"])
-                success.append(torch.sigmoid(out["success_logit"]))
-            last = clean_new
-        gen = self.frames_out(torch.cat(frames, 1))
-        if squeeze:
-            gen = gen.squeeze(2)
-        if not judge:
-            return gen, None, None
-        return gen, torch.stack(rewards, 1), torch.stack(success, 1)
+            out = out[:, -1:]
+        return self.wrap_model_output(out, x_t, tt)
+
+    def decode_frame(self, x0: torch.Tensor) -> torch.Tensor:
+        """A generated frame x0 (encoded) -> pixels in [-1, 1] (the latents decoded)."""
+        return self.codec.decode(x0) if self.codec.latent else x0
+
+    def append_to_context(
+        self,
+        context: RolloutContext,
+        x0: torch.Tensor,
+        a: torch.Tensor,
+        a_norm: torch.Tensor,
+        generator: torch.Generator | None,
+    ) -> RolloutContext:
+        """The context window after the new frame x0 [B, 1, V, C, h, w] (encoded), generated
+        under action features a [B, 1, A'] from the normalised action a_norm [B, 1, A]: the frame noised as
+        context (`noise_as_context`) and run through the DiT (the KV cache keeps the last
+        `dit.context_frames` frames)."""
+        clean = self.noise_as_context(x0, generator)
+        yes = torch.ones(x0.shape[0], 1, dtype=torch.bool, device=x0.device)
+        cache, history = self._context_pass(
+            clean, context.last, a, yes, context.index(), context.cache, context.history
+        )
+        return RolloutContext(clean, a_norm, cache, history, context.next_index + 1)
+
+    def judge_frame(
+        self,
+        pixels: torch.Tensor,
+        task: list[str] | None,
+        state: torch.Tensor | None,
+        first: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The heads' readout of a generated frame [B, V, 3, H, W] in [-1, 1] (state [B, S] in
+        dataset units, the episode's first frame [B, V, 3, H, W] in [-1, 1]) -> reward [B] and success
+        probability [B] of the transition into it."""
+        out = self.outcomes(pixels, task, state, first)
+        return out["reward"], torch.sigmoid(out["success_logit"])
+
+    def _context_pass(self, clean, prev, a, valid, index, cache, history):
+        """Run frames as (lightly noised) context: returns the updated KV cache, or the history the
+        recompute path re-runs at every denoising step."""
+        cfg = self.cfg
+        t = torch.full(clean.shape[:2], cfg.context_noise_rollout, device=clean.device)
+        inp = flow.input_scale(clean, t, cfg.parameterisation, cfg.sigma_data)
+        if history is None:
+            _, kv = self.dit(inp, prev, a, valid, t, index, kv_cache=cache)
+            keep = cfg.dit.context_frames * cfg.dit.frame_len
+            new_cache = [
+                (torch.cat([c[0], k], 2)[:, :, -keep:], torch.cat([c[1], v], 2)[:, :, -keep:])
+                if c
+                else (k, v)
+                for c, (k, v) in zip(cache or [None] * len(kv), kv)
+            ]
+            return new_cache, None
+        history = {
+            "x": torch.cat([history["x"], inp], 1),
+            "prev": torch.cat([history["prev"], prev], 1),
+            "a": torch.cat([history["a"], a], 1),
+            "valid": torch.cat([history["valid"], valid], 1),
+            "t": torch.cat([history["t"], t], 1),
+            "index": torch.cat([history["index"], index]),
+        }
+        return None, history
 
     @torch.no_grad()
     def infer_actions(self, frames: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:

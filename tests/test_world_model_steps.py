@@ -1,0 +1,142 @@
+"""The world model's named steps: compute_loss and rollout are exactly their steps chained, and the
+training steps see a target frame the way the rollout steps see the next frame."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from worldloop.world_model.dit import VideoDiTConfig
+from worldloop.world_model.idm import InverseDynamicsConfig
+from worldloop.world_model.model import WorldModel, WorldModelConfig
+
+SIZE = 16
+
+
+def tiny_model(dit: dict | None = None, **kw) -> WorldModel:
+    base = dict(
+        image_size=SIZE, patch_size=4, width=32, depth=2, heads=2, context_frames=2, output_conv_channels=8
+    )
+    cfg = WorldModelConfig(
+        dit=VideoDiTConfig(**{**base, **(dit or {})}), idm=InverseDynamicsConfig(channels=8), **kw
+    )
+    torch.manual_seed(0)
+    model = WorldModel(cfg)
+    with torch.no_grad():  # zero-initialised output layers would make outputs ignore their inputs
+        for p in model.parameters():
+            p.normal_(std=0.1)
+    return model
+
+
+def window(b=2, t=4, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    frames = torch.rand(b, t, 3, SIZE, SIZE, generator=g)
+    actions = torch.randn(b, t, 4, generator=g)
+    outcomes = {
+        "reward": torch.randn(b, t, generator=g),
+        "success": (torch.rand(b, t, generator=g) > 0.5).float(),
+        "done": (torch.rand(b, t, generator=g) > 0.5).float(),
+    }
+    return frames, actions, outcomes, torch.randn(b, t, 4, generator=g)
+
+
+@pytest.mark.parametrize("self_forcing", [0.0, 0.6])
+def test_compute_loss_is_the_weighted_sum_of_its_steps(self_forcing):
+    model = tiny_model(
+        self_forcing=self_forcing, action_dropout=0.3, head_loss_weight=0.3, idm_loss_weight=2.0
+    ).train()
+    frames, actions, outcomes, state = window()
+    task = ["push", "pick"]
+    torch.manual_seed(7)
+    loss, logs = model.compute_loss(frames, actions, outcomes, state, task)
+
+    torch.manual_seed(7)
+    pixels, x, a = model.encode_window(frames, actions)
+    noised = model.noise_window(x)
+    keep = model.sample_action_keep(noised.target_t)
+    if self_forcing:
+        replaced = model.self_force_context(noised, a)
+        assert not torch.equal(replaced.clean, noised.clean)  # B=2 at 0.6: this seed replaces one
+        assert torch.equal(replaced.clean[:, 0], noised.clean[:, 0])  # frame 0 is always the real one
+        noised = replaced
+    cond = model.compute_conditioners(noised.clean, noised.ctx_t, noised.target_t, a, keep)
+    out = model.compute_model_output(noised.clean, noised.noisy, cond)
+    assert out.shape == x[:, 1:].shape
+    diffusion, x0_mse = model.diffusion_loss(out, noised)
+    heads = model.outcome_heads_loss(pixels, outcomes, state, task, None)
+    idm = model.idm_loss(pixels, a, None)
+
+    assert torch.equal(loss, diffusion + 0.3 * heads + 2.0 * idm)
+    assert logs == {
+        "loss/diffusion": diffusion.item(),
+        "loss/x0_mse": x0_mse.item(),
+        "loss/heads": heads.item(),
+        "loss/idm": idm.item(),
+        "loss/total": loss.item(),
+    }
+
+
+@pytest.mark.parametrize(
+    "use_cache, method, guidance", [(True, "euler", 1.0), (False, "euler", 1.0), (True, "heun", 2.0)]
+)
+def test_rollout_is_its_steps_chained_frame_by_frame(use_cache, method, guidance):
+    model = tiny_model(dit={"action_delta": True}).eval()
+    model.cfg.sampler.method, model.cfg.sampler.guidance_scale = method, guidance
+    g = torch.Generator().manual_seed(4)
+    ctx = torch.rand(2, 3, 3, SIZE, SIZE, generator=g)
+    ctx_a, fut = torch.randn(2, 2, 4, generator=g), torch.randn(2, 5, 4, generator=g)
+    task, state = ["push", "pick"], torch.randn(2, 5, 4, generator=g)
+    frames, rewards, success = model.rollout(
+        ctx,
+        ctx_a,
+        fut,
+        generator=torch.Generator().manual_seed(5),
+        use_cache=use_cache,
+        task=task,
+        future_state=state,
+    )
+
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        context = model.encode_context(ctx[:, :, None], ctx_a, gen, use_cache)
+        first = model.frames_in(ctx[:, :1])  # the heads' first frame: the first context frame
+        chained, judged = [], []
+        for k in range(fut.shape[1]):
+            context, pixels = model.rollout_step(context, fut[:, k : k + 1], model.cfg.sampler, gen)
+            assert context.next_index == 3 + k + 1
+            assert (context.cache is None) == (not use_cache) and (context.history is None) == use_cache
+            chained.append(pixels)
+            judged.append(model.judge_frame(pixels[:, 0], task, state[:, k], first))
+    assert torch.equal(frames, model.frames_out(torch.cat(chained, 1)).squeeze(2))
+    assert torch.equal(rewards, torch.stack([r for r, _ in judged], 1))
+    assert torch.equal(success, torch.stack([s for _, s in judged], 1))
+
+
+@pytest.mark.parametrize("parameterisation", ["x0", "edm"])
+def test_training_steps_see_a_target_as_the_rollout_steps_see_the_next_frame(parameterisation):
+    """Without context noise, the training pass's x0 for target frame i (compute_conditioners,
+    compute_model_output, wrap_model_output) equals the rollout's x0 for the frame after context 0..i-1
+    (encode_context, next_frame_x0) at the same noisy frame and noise level."""
+    dit = {"action_delta": True, "residual_to_previous_frame": parameterisation == "x0"}
+    model = tiny_model(
+        dit, parameterisation=parameterisation, context_noise_max=0.0, context_noise_rollout=0.0
+    ).eval()
+    frames, actions, _, _ = window(b=1, t=5)
+    with torch.no_grad():
+        _, x, a = model.encode_window(frames, actions)
+        torch.manual_seed(2)
+        noised = model.noise_window(x)
+        assert torch.equal(noised.clean, x)
+        keep = torch.ones_like(noised.target_t, dtype=torch.bool)
+        cond = model.compute_conditioners(noised.clean, noised.ctx_t, noised.target_t, a, keep)
+        out = model.compute_model_output(noised.clean, noised.noisy, cond)
+        trained = model.wrap_model_output(out, noised.noisy, noised.target_t)
+        for i in range(1, 5):  # target frame i after context frames 0..i-1 (more than dit.context_frames)
+            context = model.encode_context(frames[:, :i, None], actions[:, : i - 1])
+            features = model.action_features(
+                model.normalize_action(actions[:, i - 1 : i]), context.previous_action
+            )
+            t = float(noised.target_t[0, i - 1])
+            valid = torch.ones(1, 1, dtype=torch.bool)
+            rolled = model.next_frame_x0(noised.noisy[:, i - 1 : i], t, context, features, valid)
+            torch.testing.assert_close(rolled, trained[:, i - 1 : i], rtol=1e-4, atol=1e-4)
