@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from worldloop.common.checkpoint import save_json
-from worldloop.rl_finetune.report import Media, StageRecord, write_report
+from worldloop.pipelines.report import Media, StageRecord, write_report
 
 REPO = Path(__file__).resolve().parent.parent
 
