@@ -1,5 +1,5 @@
-"""pipelines/rl_setting.py: every stage's command parses with its script's options, the snapshot pick,
-config errors, and resuming an interrupted training stage."""
+"""pipelines/rl_setting.py (python -m worldloop.pipelines.rl_setting): every stage's command parses with its
+script's options, the snapshot pick, config errors, and resuming an interrupted training stage."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.rl_setting import RLSettingConfig, heads_model, pick_snapshot, rl_world_model, stages
+from worldloop.pipelines.rl_setting import RLSettingConfig, heads_model, pick_snapshot, rl_world_model, stages
 from worldloop.common.config import ConfigError, parse_cli
 from worldloop.data.recording import RecordingConfig
 from worldloop.vla.bc_training import TrainPolicyConfig
