@@ -14,7 +14,7 @@ Each round r = 1..N, starting from the BC policy and the given world model:
     weights (`world_model.trainer.open_dataset` + the shared training loop `common.training.run_training`),
     or its outcome heads alone (`loop.heads_only`), then optionally calibrate its success threshold again
     (`loop.calibrate_success`);
-(d) fine-tune the policy in imagination in the new world model (`policy_finetune.finetune`: GRPO, PPO or NFT,
+(d) fine-tune the policy in imagination in the new world model (`policy_rl.finetune.finetune`: GRPO, PPO or NFT,
     evaluated in imagination and in the sim before and after, with its divergence guard).
 
 The sim is used for (a) and for evaluation only. Sim steps are counted in three bins: collection (a),
