@@ -6,7 +6,7 @@ python evaluate_policy.py --config configs/eval/tiny.yaml --policy.path ... --si
 Backends: `sim` (the MuJoCo tabletop envs). The summary goes to `<output_dir>/summary.json`
 (default: `<policy.path>/../eval_<backend>_<task>`), videos to `<output_dir>/videos/`.
 
-Backend `imagination` (rl_finetune.policy_ranking) runs the policy in a world model from the sim's initial
+Backend `imagination` (rl_finetune.imagination.policy_ranking) runs the policy in a world model from the sim's initial
 states; `--rank a b ... --compare-sim` ranks several policies against the simulator (Pearson, Spearman, MMRV):
 python evaluate_policy.py --backend imagination --imagination.world_model=... --rank a b c --compare-sim
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 from worldloop.common.checkpoint import save_json
 from worldloop.common.config import ConfigError, parse_cli
-from worldloop.rl_finetune.imagination_eval import ImaginationEvalConfig
-from worldloop.rl_finetune.policy_ranking import fold_cli_args, run_imagination
+from worldloop.rl_finetune.imagination.evaluation import ImaginationEvalConfig
+from worldloop.rl_finetune.imagination.policy_ranking import fold_cli_args, run_imagination
 from worldloop.vla.factory import load_policy
 from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
 from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
@@ -65,7 +65,9 @@ def evaluate(cfg: EvaluatePolicyConfig) -> tuple[dict, Path]:
     if cfg.backend not in BACKENDS:
         raise ConfigError(f"--backend={cfg.backend!r}: expected one of {BACKENDS}")
     if cfg.backend == "imagination" or cfg.rank:
-        raise ConfigError("backend imagination and --rank run through main() (rl_finetune.policy_ranking)")
+        raise ConfigError(
+            "backend imagination and --rank run through main() (rl_finetune.imagination.policy_ranking)"
+        )
     if not cfg.policy.path:
         raise ConfigError(
             "--policy.path is required: a directory written by train_policy.py or by LeRobot's save_pretrained"
@@ -90,7 +92,29 @@ def main(args: list[str] | None = None) -> None:
     os.environ.setdefault("MUJOCO_GL", "egl")
     cfg = parse_cli(EvaluatePolicyConfig, fold_cli_args(sys.argv[1:] if args is None else list(args)))
     if cfg.backend == "imagination" or cfg.rank:
-        run_imagination(cfg)  # prints its table, writes ranking.json (+ the scatter PNG with --compare-sim)
+        if cfg.backend != "imagination":
+            raise ConfigError(
+                f"--rank evaluates in imagination: pass --backend imagination (got {cfg.backend!r})"
+            )
+        paths = list(cfg.rank) or ([cfg.policy.path] if cfg.policy.path else [])
+        if not paths:
+            raise ConfigError("give --policy.path (one policy) or --rank path_a path_b ... (several)")
+        default = (
+            f"outputs/ranking/{cfg.sim.task}"
+            if cfg.rank
+            else Path(paths[0]).parent / f"eval_imagination_{cfg.sim.task}"
+        )
+        # prints its table, writes ranking.json (+ the scatter PNG with --compare-sim)
+        run_imagination(
+            paths,
+            cfg.imagination,
+            cfg.sim,
+            cfg.episodes,
+            cfg.seed,
+            Path(cfg.output_dir or default),
+            cfg.device,
+            compare_sim=cfg.compare_sim,
+        )
         return
     summary, output_dir = evaluate(cfg)
     lo, hi = summary["success_ci95"]

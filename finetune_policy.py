@@ -3,10 +3,11 @@
 python finetune_policy.py --config configs/finetune/tiny.yaml \
     --policy.path=outputs/policy/tiny/pretrained_model --world_model=outputs/world_model/tiny/pretrained_model
 
-`--algorithm=grpo` (default: group-relative baseline, `rl_finetune/grpo.py`), `--algorithm=ppo` (a value
-head on the BC policy's observation features and GAE, `rl_finetune/ppo.py`; settings under `--ppo.*`) or
-`--algorithm=nft` (likelihood-free DiffusionNFT on the policy's own chunks, `rl_finetune/policy_nft.py`;
-settings under `--nft.*`). `--eval.keep=best_imagined` ends with the evaluated weights of the highest
+`--algorithm.type=grpo` (default: group-relative baseline, `rl_finetune/policy_rl/grpo/`),
+`--algorithm.type=ppo` (a value head on the BC policy's observation features and GAE,
+`rl_finetune/policy_rl/ppo/`) or `--algorithm.type=nft` (likelihood-free DiffusionNFT on the policy's own
+chunks, `rl_finetune/policy_rl/nft/`); the chosen algorithm's settings under `--algorithm.*` (e.g.
+`--algorithm.lr=1e-4`). `--eval.keep=best_imagined` ends with the evaluated weights of the highest
 imagined success (chosen without the simulator) instead of the last ones.
 
 Writes `<output_dir>/pretrained_model/` (the fine-tuned policy), `summary.json` (imagined vs sim success
@@ -29,7 +30,7 @@ import logging
 import os
 
 from worldloop.common.config import parse_cli
-from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig, finetune
+from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, finetune
 
 
 def main(args: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from worldloop.common.config import parse_cli
-from worldloop.rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining
+from worldloop.rl_finetune.wm_posttrain.posttrain import PosttrainConfig, run_posttraining
 
 
 def main() -> None:

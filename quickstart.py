@@ -8,7 +8,7 @@ python quickstart.py --force=true    # redo stages whose outputs exist
 from __future__ import annotations
 
 from worldloop.common.config import parse_cli
-from worldloop.rl_finetune.quickstart import QuickstartConfig, run_quickstart
+from worldloop.pipelines.quickstart import QuickstartConfig, run_quickstart
 
 
 def main(args: list[str] | None = None) -> None:

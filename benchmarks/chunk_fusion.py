@@ -32,8 +32,9 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.embodiment import TABLETOP_ARM  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.real_robot.fusion import FuserConfig, make_fuser  # noqa: E402
 from worldloop.real_robot.inference import (  # noqa: E402
     InferenceRequest,

@@ -26,9 +26,10 @@ from torch.utils.data import DataLoader, Subset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.embodiment import TABLETOP_ARM  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
 from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features  # noqa: E402
 from worldloop.data.windows import PolicySamples, WorldModelWindows  # noqa: E402

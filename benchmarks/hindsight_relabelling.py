@@ -4,7 +4,7 @@ instruction, against the simulator's own reach rule on the same imagined joint s
     python benchmarks/hindsight_relabelling.py --policy=outputs/zoo/60ep_step00600 \
         --world_model=outputs/world_model/tiny_af0_first_state/pretrained_model --episodes=64
 
-NFT with hindsight (rl_finetune/policy_nft.py) learns an imagined episode again under each instruction
+NFT with hindsight (rl_finetune/policy_rl/nft/nft.py) learns an imagined episode again under each instruction
 whose success the heads see in it. The joint states of an imagined episode are exact (integrated from
 the commanded actions), so the sim's rule (`TabletopEnv.success_along`, with `reset(options={"cube": ...})`
 naming each cube in the start's scene) says whether the arm really reached that cube. Reach only. Prints
@@ -24,10 +24,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.rng import torch_seeded  # noqa: E402
-from worldloop.rl_finetune.initial_states import from_sim_resets  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
+from worldloop.rl_finetune.imagination.initial_states import from_sim_resets  # noqa: E402
 from worldloop.sim.scene import CUBE_COLORS  # noqa: E402
 from worldloop.vla.factory import load_policy  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402

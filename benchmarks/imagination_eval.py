@@ -24,10 +24,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
-from worldloop.rl_finetune.imagination_eval import ImaginationEvalConfig  # noqa: E402
-from worldloop.rl_finetune.policy_ranking import load_world_model_env, rank_policies, sim_starts  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
+from worldloop.rl_finetune.imagination.evaluation import ImaginationEvalConfig  # noqa: E402
+from worldloop.rl_finetune.imagination.initial_states import sim_starts  # noqa: E402
+from worldloop.rl_finetune.imagination.policy_ranking import load_world_model_env, rank_policies  # noqa: E402
 from worldloop.vla.sim_evaluation import SimEvalConfig  # noqa: E402
 from worldloop.world_model.world_model_env import (  # noqa: E402
     WorldModelEnv,
@@ -163,7 +165,7 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
     import numpy as np
 
     from worldloop.data.dataset import DatasetConfig, EpisodeDataset
-    from worldloop.rl_finetune.ranking import auroc, ranking_report
+    from worldloop.rl_finetune.imagination.ranking import auroc, ranking_report
     from worldloop.world_model.model import WorldModel
 
     wm = WorldModel.from_pretrained(cfg.world_model)

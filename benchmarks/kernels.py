@@ -28,8 +28,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.cuda_ext.adaln import adaln_modulate_reference, gated_residual_adaln_reference
 from worldloop.cuda_ext.attention import frame_causal_mask
 from worldloop.cuda_ext.denoise import denoise_step_reference

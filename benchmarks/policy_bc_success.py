@@ -7,7 +7,7 @@ python benchmarks/policy_bc_success.py                 # FlowVLA, configs/policy
 python benchmarks/policy_bc_success.py --policy_config=configs/policy/act_tiny.yaml --name=policy_bc_success_act \
     --output_root=outputs/bench/policy_bc_act
 
-Every training run keeps all its checkpoints under `<output_root>/<N>ep/`: make_policy_zoo.py reuses them.
+Every training run keeps all its checkpoints under `<output_root>/<N>ep/`: pipelines/policy_zoo.py reuses them.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.vla.bc_training import TrainPolicyConfig, train_policy  # noqa: E402
 from worldloop.vla.factory import load_policy  # noqa: E402
 from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim  # noqa: E402

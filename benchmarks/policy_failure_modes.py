@@ -26,8 +26,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.sim.scene import CUBE_COLORS  # noqa: E402
 from worldloop.sim.tasks import REACH_RADIUS  # noqa: E402
 from worldloop.vla.factory import load_policy  # noqa: E402

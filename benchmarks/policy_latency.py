@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.features import ACTION, STATE, TASK, image_key  # noqa: E402
 from worldloop.data.stats import compute_stats  # noqa: E402
 from worldloop.vla.bc_training import TrainPolicyConfig  # noqa: E402

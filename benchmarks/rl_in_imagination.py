@@ -2,17 +2,18 @@
 
 python benchmarks/rl_in_imagination.py --finetune_config=configs/finetune/tiny.yaml \
     --policy=outputs/policy/tiny/pretrained_model --world_model=outputs/world_model/tiny/pretrained_model
-    [--algorithm=ppo] [--loop_rounds=3 --loop_dataset_root=outputs/data/reach_wm] [--finetune.grpo.lr=1e-4]
+    [--finetune.algorithm.type=ppo] [--loop_rounds=3 --loop_dataset_root=outputs/data/reach_wm]
+    [--finetune.algorithm.lr=1e-4]
 
-Runs `finetune_policy.py` (imagination only for training; sim steps counted, must be 0) with GRPO (the
-config's algorithm) or `--algorithm=ppo`, or with `--loop_rounds=N` the closed loop (the policy's sim
+Runs `finetune_policy.py` (imagination only for training; sim steps counted, must be 0) with the config's
+algorithm (GRPO) or another (`--finetune.algorithm.type=ppo`), or with `--loop_rounds=N` the closed loop (the policy's sim
 episodes recorded into the world model's data, world model and policy fine-tuned again, N rounds), then
 evaluates the BC and the final policy in the simulator on `final_episodes` held-out episodes (seeds
 disjoint from training starts, in-loop evaluation and recording) with Wilson 95% intervals. Prints the
 table and writes benchmarks/results/rl_in_imagination[_ppo][_loop].json; the learning curve PNG is
 `<output_dir>/learning_curve.png`, the loop's per-round plot `<output_dir>/closed_loop.png`.
 Any `--finetune.<key>=<value>` is passed on to the fine-tuning config as `--<key>=<value>` (e.g.
-`--finetune.env.success_threshold=0.9`, `--finetune.nft.lr=1e-4`), after the config file.
+`--finetune.env.success_threshold=0.9`, `--finetune.algorithm.lr=1e-4`), after the config file.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.rl_finetune.closed_loop import run_closed_loop  # noqa: E402
-from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig, finetune  # noqa: E402
+from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, finetune  # noqa: E402
 from worldloop.rl_finetune.sim_steps import count_sim_steps  # noqa: E402
 from worldloop.vla.factory import load_policy  # noqa: E402
 from worldloop.vla.sim_evaluation import evaluate_in_sim  # noqa: E402
@@ -46,7 +48,6 @@ class RLInImaginationBenchmarkConfig:
     final_episodes: int = 100  # sim episodes for the before/after comparison
     final_seed: int = 200_000  # disjoint from training starts and the in-loop evaluation
     threads: int = 2
-    algorithm: str = ""  # grpo | ppo; "" -> the config's
     loop_rounds: int = 0  # > 0: the closed loop with this many rounds
     loop_dataset_root: str = ""  # the closed loop: the world model's training data; "" -> the config's
     loop_episodes: int = 0  # sim episodes recorded per round; 0 -> the config's
@@ -62,28 +63,28 @@ class RLInImaginationBenchmarkConfig:
 def time_one_iteration(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig) -> None:
     import time
 
-    from worldloop.rl_finetune.flow_policy_gradient import mixed_starts
-    from worldloop.rl_finetune.policy_finetune import make_trainer, training_starts
+    from worldloop.rl_finetune.policy_rl.finetune import make_trainer, training_starts
+    from worldloop.rl_finetune.policy_rl.flow_policy_gradient import mixed_starts
     from worldloop.world_model.model import WorldModel
     from worldloop.world_model.world_model_env import WorldModelEnv
 
     env = WorldModelEnv(WorldModel.from_pretrained(cfg.world_model), ft_cfg.env)
     trainer = make_trainer(ft_cfg, load_policy(cfg.policy), env)
-    starts = training_starts(ft_cfg, env).select(list(range(ft_cfg.algorithm_config.starts_per_iteration)))
+    starts = training_starts(ft_cfg, env).select(list(range(ft_cfg.algorithm.starts_per_iteration)))
     t0 = time.perf_counter()
     with count_sim_steps() as counter:
         data = trainer.collect(starts, seed=0)
         t1 = time.perf_counter()
         logs = trainer.update(data, seed=0)
     t2 = time.perf_counter()
-    row = {"algorithm": ft_cfg.algorithm, "episodes": ft_cfg.episodes_per_iteration, "horizon": ft_cfg.env.horizon, "imagine_s": t1 - t0, "update_s": t2 - t1,
+    row = {"algorithm": ft_cfg.algorithm.type, "episodes": ft_cfg.episodes_per_iteration, "horizon": ft_cfg.env.horizon, "imagine_s": t1 - t0, "update_s": t2 - t1,
            "chunk_samples": len(data), "gradient_steps": logs["gradient_steps"], "sim_steps": counter.steps,
            "imagined_success": data.success.mean().item(), "mixed_starts": mixed_starts(data.success, trainer.cfg)}  # fmt: skip
     print_table([row], title=f"one {trainer.algorithm} iteration in imagination")
     figures = {"one_iteration": row, "iterations_per_60_min": 3600 / (t2 - t0), "policy": cfg.policy,
                "world_model": cfg.world_model, "finetune_config": cfg.finetune_config,
-               ft_cfg.algorithm: vars(ft_cfg.algorithm_config), "load_average_1_5_15min": os.getloadavg()}  # fmt: skip
-    suffix = "" if ft_cfg.algorithm == "grpo" else f"_{ft_cfg.algorithm}"
+               ft_cfg.algorithm.type: vars(ft_cfg.algorithm), "load_average_1_5_15min": os.getloadavg()}  # fmt: skip
+    suffix = "" if ft_cfg.algorithm.type == "grpo" else f"_{ft_cfg.algorithm.type}"
     path = write_result(
         cfg.result_name or f"rl_in_imagination_timing{suffix}",
         figures,
@@ -109,7 +110,7 @@ def main() -> None:
         f"--output_dir={cfg.output_dir}",
     ]
     optional = {
-        "iterations": cfg.iterations, "algorithm": cfg.algorithm, "loop.rounds": cfg.loop_rounds,
+        "iterations": cfg.iterations, "loop.rounds": cfg.loop_rounds,
         "loop.dataset_root": cfg.loop_dataset_root, "loop.episodes": cfg.loop_episodes,
         "loop.world_model_train.steps": cfg.loop_world_model_steps,
     }  # fmt: skip
@@ -146,7 +147,7 @@ def main() -> None:
             {"policy": name, "sim_success": result["success_rate"], "ci95": f"{lo:.2f}-{hi:.2f}",
              "progress": result["mean_progress"], "episodes": result["episodes"], "sim_steps": counter.steps}
         )  # fmt: skip
-    how = f"{ft_cfg.algorithm.upper()} in imagination" + (
+    how = f"{ft_cfg.algorithm.type.upper()} in imagination" + (
         f", closed loop of {ft_cfg.loop.rounds} rounds" if ft_cfg.loop.rounds else ""
     )
     print_table(rows, title=f"\nsim success before/after {how} ({ft_cfg.eval.sim.task})")
@@ -159,7 +160,7 @@ def main() -> None:
         f"stopped: {summary['stopped']}"
     )
     figures = {
-        "algorithm": ft_cfg.algorithm,
+        "algorithm": ft_cfg.algorithm.type,
         "before": {k: finals["bc"][k] for k in ("success_rate", "success_ci95", "mean_progress", "episodes")},
         "after": {
             k: finals["finetuned"][k] for k in ("success_rate", "success_ci95", "mean_progress", "episodes")
@@ -197,7 +198,7 @@ def main() -> None:
         }  # fmt: skip
         figures["learning_curve_png"] = None  # one per round, under round_<r>/policy/
     figures["load_average_1_5_15min"] = os.getloadavg()  # the machine is shared: contention slows everything
-    name = "rl_in_imagination" + ("" if ft_cfg.algorithm == "grpo" else f"_{ft_cfg.algorithm}")
+    name = "rl_in_imagination" + ("" if ft_cfg.algorithm.type == "grpo" else f"_{ft_cfg.algorithm.type}")
     name = cfg.result_name or name + ("_loop" if ft_cfg.loop.rounds else "")
     path = write_result(name, figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     print(f"wrote {path}")

@@ -23,8 +23,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from benchmarks.expert_success import evaluate as evaluate_expert  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.sim.backends import SIM_BACKENDS  # noqa: E402
 from worldloop.sim.tabletop_env import TabletopEnv  # noqa: E402
 

@@ -19,7 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.sim.tabletop_env import TabletopEnv  # noqa: E402
 
 CAMERAS = ("front", "wrist")

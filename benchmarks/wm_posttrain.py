@@ -4,7 +4,7 @@
         --after=outputs/wm_posttrain/tiny/pretrained_model --dataset.root=outputs/data/tabletop
 
 Both models roll out autoregressively from the same real context frames under the same real actions with
-the same sampling noise (rl_finetune/wm_posttrain_eval.py), on held-out episodes (the dataset's seeded
+the same sampling noise (rl_finetune/wm_posttrain/evaluation.py), on held-out episodes (the dataset's seeded
 split, the one world-model training and post-training hold out). Measured:
 - SSIM / PSNR at horizons 1, 10, 20, 30 and the paired win rate: the share of start states where the
   after-model's clip fidelity (mean per-frame score over the horizon) beats the before-model's (ties 1/2);
@@ -29,18 +29,19 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
 from worldloop.data.windows import WorldModelWindows  # noqa: E402
-from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig  # noqa: E402
-from worldloop.rl_finetune.wm_posttrain import check_embodiment  # noqa: E402
-from worldloop.rl_finetune.wm_posttrain_eval import (  # noqa: E402
+from worldloop.rl_finetune.wm_posttrain.evaluation import (  # noqa: E402
     executability_summary,
     fidelity_summary,
     held_out_rollouts,
 )
+from worldloop.rl_finetune.wm_posttrain.posttrain import check_embodiment  # noqa: E402
+from worldloop.rl_finetune.wm_posttrain.rollout_stability import FidelityRewardConfig  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402
 
 HORIZONS = (1, 10, 20, 30)

@@ -29,8 +29,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import print_table, write_result  # noqa: E402
+from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
 from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, ssim  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402

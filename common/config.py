@@ -8,6 +8,7 @@ A wrong key or a value of the wrong type is a `ConfigError` that names the key (
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 import typing
@@ -57,8 +58,13 @@ def _check_yaml_keys(cls: type, data: dict, path: Path, prefix: str = "") -> Non
                 f"{path}: unknown key '{prefix}{key}'; {cls.__name__} has: {', '.join(sorted(fields))}"
             )
         ftype = _field_class(cls, fields[key])
+        choices = _choices(ftype) if ftype is not None else {}
+        if choices and not isinstance(value, dict):
+            raise ConfigError(
+                f"{path}: {prefix}{key}={value!r}: {prefix}{key} is a choice, a mapping with a type: "
+                f"{{type: {sorted(choices)[0]}, ...}}; its types are {', '.join(sorted(choices))}"
+            )
         if ftype is not None and isinstance(value, dict):
-            choices = _choices(ftype)
             if "type" in value and choices:
                 if value["type"] not in choices:
                     raise ConfigError(
@@ -117,6 +123,7 @@ def parse_cli(config_class: type[T], args: Sequence[str] | None = None) -> T:
             )
         _check_yaml_keys(config_class, data, path)
     known = _known_keys(config_class)
+    choice_keys = {k.removesuffix(".type") for k in known if k.endswith(".type")}
     expects_value = False
     for a in rest:
         if a in ("-h", "--help"):
@@ -130,9 +137,19 @@ def parse_cli(config_class: type[T], args: Sequence[str] | None = None) -> T:
         expects_value = "=" not in a
         if key not in known:
             raise ConfigError(f"unknown option --{key} for {config_class.__name__}")
+        if key in choice_keys:
+            raise ConfigError(
+                f"--{key} is a choice: select it with --{key}.type=<name>, then --{key}.<field>=..."
+            )
     try:
         return draccus.parse(config_class, config_path=config_path, args=rest, exit_on_error=False)
-    except (draccus.ParsingError, draccus.utils.DecodingError, TypeError, ValueError) as e:
+    except (
+        argparse.ArgumentError,
+        draccus.ParsingError,
+        draccus.utils.DecodingError,
+        TypeError,
+        ValueError,
+    ) as e:
         where = f"{config_path}: " if config_path else ""
         raise ConfigError(f"{where}{e}") from e
 

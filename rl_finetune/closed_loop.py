@@ -14,7 +14,7 @@ Each round r = 1..N, starting from the BC policy and the given world model:
     weights (`world_model.trainer.open_dataset` + the shared training loop `common.training.run_training`),
     or its outcome heads alone (`loop.heads_only`), then optionally calibrate its success threshold again
     (`loop.calibrate_success`);
-(d) fine-tune the policy in imagination in the new world model (`policy_finetune.finetune`: GRPO, PPO or NFT,
+(d) fine-tune the policy in imagination in the new world model (`policy_rl.finetune.finetune`: GRPO, PPO or NFT,
     evaluated in imagination and in the sim before and after, with its divergence guard).
 
 The sim is used for (a) and for evaluation only. Sim steps are counted in three bins: collection (a),
@@ -42,7 +42,7 @@ from worldloop.data.dataset import DatasetConfig
 from worldloop.data.features import IMAGE_PREFIX
 from worldloop.data.windows import WorldModelWindows
 from worldloop.rl_finetune.closed_loop_config import LoopConfig
-from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig, PolicyPath, finetune
+from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, PolicyPath, finetune
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.vla.factory import load_policy
 from worldloop.vla.sim_recording import record_policy_episodes as record_sim_episodes
@@ -215,7 +215,7 @@ def run_closed_loop(cfg: FinetunePolicyConfig) -> dict:
             "dataset": _dataset_size(data_root),
             "world_model": {"path": world_model, "steps": loop.world_model_train.steps, **wm_logs,
                             "sim_steps": wm_training.steps, "seconds": t2 - t1},
-            "policy": {"path": policy_path, "algorithm": cfg.algorithm,
+            "policy": {"path": policy_path, "algorithm": cfg.algorithm.type,
                        "iterations_run": summary["iterations_run"], "stopped": summary["stopped"],
                        "train_sim_steps": summary["train_sim_steps"], "eval_sim_steps": summary["eval_sim_steps"],
                        "seconds": summary["wall_seconds"]},

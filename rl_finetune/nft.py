@@ -1,5 +1,5 @@
 """The DiffusionNFT objective: likelihood-free RL for flow models, shared by world-model post-training
-(rollout stability, executability) and the policy in imagination (rl_finetune/policy_nft.py).
+(rollout stability, executability) and the policy in imagination (rl_finetune/policy_rl/nft/nft.py).
 
 For each start state c the G rewards of its candidates are group-normalised and squashed into an
 optimality probability
@@ -33,8 +33,8 @@ What it reduces to (tested in tests/test_posttrain_objective.py):
 - at theta = old the gradient is beta (2 r_i - 1) d/dtheta ||x0_theta - x||^2: reward-weighted regression
   towards samples with r_i > 1/2 and away from those with r_i < 1/2.
 
-The same objective drives the executability stage (rl_finetune/executability.py supplies its reward) and
-the policy (rl_finetune/policy_nft.py: a generated action chunk is the data, and `nft_loss` takes
+The same objective drives the executability stage (rl_finetune/wm_posttrain/executability.py supplies its reward) and
+the policy (rl_finetune/policy_rl/nft/nft.py: a generated action chunk is the data, and `nft_loss` takes
 velocities there, DiffusionNFT's own form). `nft_loss` works in whatever space its inputs share.
 """
 

@@ -45,7 +45,7 @@ def test_recorded_command_parses(result, monkeypatch):
     own = [a for a in options if not (passed_on and a.startswith(passed_on))]
     cfg = parse_cli(config_class, own)
     if passed_on:  # rl_in_imagination: the fine-tuning options it passes on, on top of its config file
-        from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig
+        from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig
 
         forwarded = ["--" + a[len(passed_on) :] for a in options if a.startswith(passed_on)]
         parse_cli(FinetunePolicyConfig, ["--config", cfg.finetune_config, *forwarded])

@@ -16,13 +16,13 @@ from worldloop.data.actor_recording import grow_dataset, record_actor_episodes
 from worldloop.data.recording import RecordingConfig, record_demos
 from worldloop.rl_finetune.closed_loop import finetune_world_model, oversampled, run_closed_loop
 from worldloop.rl_finetune.closed_loop_config import LoopConfig
-from worldloop.rl_finetune.grpo import GRPOConfig
-from worldloop.rl_finetune.policy_finetune import (
+from worldloop.rl_finetune.policy_rl.finetune import (
     FinetuneEvalConfig,
     FinetunePolicyConfig,
     PolicyPath,
     StartsConfig,
 )
+from worldloop.rl_finetune.policy_rl.grpo.configuration_grpo import GRPOConfig
 from worldloop.sim.experts import ScriptedExpert
 from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 from worldloop.vla.sim_evaluation import SimEvalConfig
@@ -49,7 +49,7 @@ def _config(tmp_path, rounds=2):
     return FinetunePolicyConfig(
         policy=PolicyPath(str(policy)), world_model=str(wm), output_dir=str(tmp_path / "loop"), iterations=1,
         env=WorldModelEnvConfig(horizon=STEPS),
-        grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
+        algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
         starts=StartsConfig(count=3, seed=0),
         eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, max_gap=1.0,
                                 sim=SimEvalConfig(task="reach", max_steps=STEPS, batch_envs=2, videos=0)),
@@ -164,7 +164,7 @@ def test_recorded_episodes_keep_failures_and_grow_only_compatible_data(tmp_path)
 
 
 def test_kl_reference_can_be_another_policy(tmp_path):
-    from worldloop.rl_finetune.policy_finetune import make_trainer
+    from worldloop.rl_finetune.policy_rl.finetune import make_trainer
     from worldloop.world_model.world_model_env import WorldModelEnv
 
     bc = tmp_path / "bc"

@@ -8,7 +8,8 @@ import torch
 from imagination_fixtures import random_starts, tiny_world_model
 from rl_fixtures import flat_params, make_trainer
 
-from worldloop.rl_finetune.grpo import GRPOConfig, GRPOTrainer, group_advantages
+from worldloop.rl_finetune.policy_rl.grpo.configuration_grpo import GRPOConfig
+from worldloop.rl_finetune.policy_rl.grpo.grpo import GRPOTrainer, group_advantages
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.world_model.world_model_env import WorldModelEnv
 
@@ -96,36 +97,23 @@ def test_non_flow_policy_is_refused():
         GRPOTrainer(torch.nn.Linear(2, 2), env, CFG)
 
 
-def test_shared_config_fields_parse_and_validate_per_algorithm():
-    from worldloop.common.config import parse_cli
-    from worldloop.rl_finetune.flow_policy_gradient import FlowPolicyGradientConfig
-    from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig
-    from worldloop.rl_finetune.ppo import PPOConfig
+def test_shared_config_fields_keep_each_algorithms_defaults_and_validate():
+    from worldloop.rl_finetune.policy_rl.configuration import FlowPolicyGradientConfig
+    from worldloop.rl_finetune.policy_rl.ppo.configuration_ppo import PPOConfig
 
     assert issubclass(GRPOConfig, FlowPolicyGradientConfig) and issubclass(
         PPOConfig, FlowPolicyGradientConfig
     )
-    # The shared fields keep each algorithm's own defaults and dotted names.
+    # The shared fields keep each algorithm's own defaults.
     assert (GRPOConfig().starts_per_iteration, PPOConfig().starts_per_iteration) == (4, 16)
-    cfg = parse_cli(
-        FinetunePolicyConfig,
-        [
-            "--config",
-            "configs/finetune/tiny.yaml",
-            "--grpo.kl_coef=0.3",
-            "--ppo.kl_coef=0.7",
-            "--ppo.gamma=0.9",
-        ],
-    )
-    assert (cfg.grpo.kl_coef, cfg.ppo.kl_coef, cfg.ppo.gamma, cfg.grpo.minibatch_size) == (0.3, 0.7, 0.9, 64)
-    with pytest.raises(ValueError, match=r"grpo\.lr=0.0 must be > 0"):
+    with pytest.raises(ValueError, match=r"algorithm\.lr=0.0 must be > 0"):
         GRPOConfig(lr=0.0).validate()
-    with pytest.raises(ValueError, match=r"ppo\.epochs=0 must be >= 1"):
+    with pytest.raises(ValueError, match=r"algorithm\.epochs=0 must be >= 1"):
         PPOConfig(epochs=0).validate()
 
 
 def test_mixed_starts_counts_groups_with_both_outcomes():
-    from worldloop.rl_finetune.flow_policy_gradient import mixed_starts
+    from worldloop.rl_finetune.policy_rl.flow_policy_gradient import mixed_starts
 
     success = torch.tensor([1.0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0])  # 3 starts x 4: all, mixed, none
     assert mixed_starts(success, GRPOConfig(group_size=4, starts_per_iteration=3)) == pytest.approx(1 / 3)

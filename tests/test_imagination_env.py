@@ -10,7 +10,7 @@ from imagination_fixtures import IMAGE_SIZE, random_starts, tiny_world_model
 from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset
 from worldloop.data.features import STATE, TASK, image_key
-from worldloop.rl_finetune import initial_states
+from worldloop.rl_finetune.imagination import initial_states
 from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig, from_dataset
 
 

@@ -10,20 +10,20 @@ import pytest
 import torch
 from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
 
-from worldloop.rl_finetune.grpo import GRPOConfig
-from worldloop.rl_finetune.imagination_eval import (
+from worldloop.rl_finetune.imagination.evaluation import (
     ImaginationEvalConfig,
     evaluate_in_imagination,
     side_by_side,
 )
-from worldloop.rl_finetune.policy_finetune import (
+from worldloop.rl_finetune.imagination.policy_ranking import fold_cli_args, rank_policies
+from worldloop.rl_finetune.policy_rl.finetune import (
     FinetuneEvalConfig,
     FinetunePolicyConfig,
     PolicyPath,
     StartsConfig,
     finetune,
 )
-from worldloop.rl_finetune.policy_ranking import fold_cli_args, rank_policies
+from worldloop.rl_finetune.policy_rl.grpo.configuration_grpo import GRPOConfig
 from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 from worldloop.vla.sim_evaluation import SimEvalConfig
 from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
@@ -132,7 +132,7 @@ def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_mode
         output_dir=str(tmp_path / "ft"),
         iterations=2,
         env=WorldModelEnvConfig(horizon=4),
-        grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
+        algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
         starts=StartsConfig(count=3, seed=0),
         eval=FinetuneEvalConfig(every=2, episodes=2, seed=100, batch_envs=2, max_gap=1.0, sim=SIM),
     )
@@ -147,7 +147,7 @@ def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_mode
 
 @pytest.mark.slow  # three GRPO iterations with evaluation: ~12 s on the shared machine
 def test_finetune_rolls_back_when_imagination_and_sim_drift_apart(tmp_path, saved_models, monkeypatch):
-    from worldloop.rl_finetune import policy_finetune
+    from worldloop.rl_finetune.policy_rl import finetune as policy_finetune
     from worldloop.vla.factory import load_policy
 
     wm, policies = saved_models
@@ -166,7 +166,7 @@ def test_finetune_rolls_back_when_imagination_and_sim_drift_apart(tmp_path, save
         output_dir=str(tmp_path / "ft"),
         iterations=5,
         env=WorldModelEnvConfig(horizon=4),
-        grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-2),
+        algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-2),
         starts=StartsConfig(count=3, seed=0),
         eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, max_gap=0.3, sim=SIM),
     )
@@ -219,7 +219,7 @@ def _no_drift(policy, env, starts, cfg, device):
 
 @pytest.mark.slow  # six GRPO iterations in three runs: ~11 s on the shared machine
 def test_finetune_resume_continues_exactly(tmp_path, saved_models, monkeypatch):
-    from worldloop.rl_finetune import policy_finetune
+    from worldloop.rl_finetune.policy_rl import finetune as policy_finetune
     from worldloop.vla.factory import load_policy
 
     monkeypatch.setattr(policy_finetune, "evaluate", _no_drift)
@@ -229,7 +229,7 @@ def test_finetune_resume_continues_exactly(tmp_path, saved_models, monkeypatch):
         return FinetunePolicyConfig(
             policy=PolicyPath(policies[0]), world_model=wm, output_dir=str(tmp_path / name), iterations=iterations,
             resume=resume, env=WorldModelEnvConfig(horizon=4),
-            grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
+            algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
             starts=StartsConfig(count=3, seed=0),
             eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, sim=SIM),
         )  # fmt: skip
@@ -247,7 +247,7 @@ def test_finetune_resume_continues_exactly(tmp_path, saved_models, monkeypatch):
 
 @pytest.mark.slow  # four GRPO iterations: ~6 s on the shared machine
 def test_finetune_stops_with_an_evaluation_inside_its_cpu_budget(tmp_path, saved_models, monkeypatch):
-    from worldloop.rl_finetune import policy_finetune
+    from worldloop.rl_finetune.policy_rl import finetune as policy_finetune
 
     # A CPU clock that only evaluations and iterations move, 10 s each.
     clock = {"now": 0.0}
@@ -272,7 +272,7 @@ def test_finetune_stops_with_an_evaluation_inside_its_cpu_budget(tmp_path, saved
     cfg = FinetunePolicyConfig(
         policy=PolicyPath(policies[0]), world_model=wm, output_dir=str(tmp_path / "ft"), iterations=50,
         cpu_budget_minutes=1.0, env=WorldModelEnvConfig(horizon=4),
-        grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
+        algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
         starts=StartsConfig(count=3, seed=0),
         eval=FinetuneEvalConfig(every=100, episodes=2, seed=100, batch_envs=2, sim=SIM),
     )  # fmt: skip
@@ -289,7 +289,7 @@ def test_finetune_stops_with_an_evaluation_inside_its_cpu_budget(tmp_path, saved
 
 @pytest.mark.slow  # three GRPO iterations: ~5 s on the shared machine
 def test_finetune_can_keep_the_weights_imagination_rates_best(tmp_path, saved_models, monkeypatch):
-    from worldloop.rl_finetune import policy_finetune
+    from worldloop.rl_finetune.policy_rl import finetune as policy_finetune
     from worldloop.vla.factory import load_policy
 
     rates = iter([0.3, 0.4, 0.7, 0.5])  # BC, then iterations 1, 2, 3: iteration 2 is imagined best
@@ -302,7 +302,7 @@ def test_finetune_can_keep_the_weights_imagination_rates_best(tmp_path, saved_mo
     cfg = FinetunePolicyConfig(
         policy=PolicyPath(policies[0]), world_model=wm, output_dir=str(tmp_path / "ft"), iterations=3,
         env=WorldModelEnvConfig(horizon=4), keep_checkpoints=3,
-        grpo=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
+        algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
         starts=StartsConfig(count=3, seed=0),
         eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, sim=SIM, keep="best_imagined"),
     )  # fmt: skip

@@ -15,10 +15,11 @@ from worldloop.common.embodiment import EMBODIMENTS, SO101_ARM, TABLETOP_ARM, em
 from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features
 from worldloop.data.stats import compute_stats
 from worldloop.real_robot.robots import SimRobotConfig, embodiment_for
-from worldloop.rl_finetune.imagination_eval import ImaginationEvalConfig
-from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig, PolicyPath
-from worldloop.rl_finetune.policy_ranking import dataset_starts, load_world_model_env, rank_policies
-from worldloop.rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining
+from worldloop.rl_finetune.imagination.evaluation import ImaginationEvalConfig
+from worldloop.rl_finetune.imagination.initial_states import dataset_starts
+from worldloop.rl_finetune.imagination.policy_ranking import load_world_model_env, rank_policies
+from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, PolicyPath
+from worldloop.rl_finetune.wm_posttrain.posttrain import PosttrainConfig, run_posttraining
 from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
 from worldloop.vla.sim_evaluation import SimEvalConfig
 from worldloop.world_model.dit import VideoDiTConfig

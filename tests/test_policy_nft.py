@@ -8,8 +8,9 @@ import torch
 from imagination_fixtures import random_starts
 from rl_fixtures import flat_params, make_trainer
 
-from worldloop.rl_finetune.flow_policy_gradient import imagine_chunks
-from worldloop.rl_finetune.policy_nft import PolicyNFTConfig, PolicyNFTTrainer
+from worldloop.rl_finetune.policy_rl.flow_policy_gradient import imagine_chunks
+from worldloop.rl_finetune.policy_rl.nft.configuration_nft import PolicyNFTConfig
+from worldloop.rl_finetune.policy_rl.nft.nft import PolicyNFTTrainer
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 
 CFG = PolicyNFTConfig(
@@ -88,18 +89,27 @@ def test_training_steps_the_simulator_zero_times():
 
 def test_config_is_checked_and_parses_from_the_cli():
     from worldloop.common.config import parse_cli
-    from worldloop.rl_finetune.policy_finetune import FinetunePolicyConfig
+    from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig
 
-    with pytest.raises(ValueError, match="nft.group_size"):
+    with pytest.raises(ValueError, match="algorithm.group_size"):
         PolicyNFTConfig(group_size=1).validate()
     with pytest.raises(ValueError, match="nft.beta"):
         PolicyNFTConfig(beta=0.0).validate()
     cfg = parse_cli(
         FinetunePolicyConfig,
-        ["--config", "configs/finetune/tiny.yaml", "--algorithm=nft", "--nft.beta=0.5", "--nft.group_size=6"],
+        [
+            "--config",
+            "configs/finetune/tiny.yaml",
+            "--algorithm.type=nft",
+            "--algorithm.beta=0.5",
+            "--algorithm.group_size=6",
+        ],
     )
-    assert (cfg.nft.beta, cfg.nft.group_size, cfg.algorithm_config is cfg.nft) == (0.5, 6, True)
-    assert cfg.episodes_per_iteration == cfg.nft.starts_per_iteration * 6
+    assert isinstance(cfg.algorithm, PolicyNFTConfig) and (cfg.algorithm.beta, cfg.algorithm.group_size) == (
+        0.5,
+        6,
+    )
+    assert cfg.episodes_per_iteration == cfg.algorithm.starts_per_iteration * 6
 
 
 def test_hindsight_judged_under_the_own_instruction_is_the_episode_success():
@@ -138,7 +148,7 @@ def test_success_weights_learn_the_successes_and_leave_the_failures():
     torch.testing.assert_close(
         data.advantages[:8], 0.5 + 0.5 * data.success
     )  # first decision of each episode
-    with pytest.raises(ValueError, match="nft.weights='best'"):
+    with pytest.raises(ValueError, match="algorithm.weights='best'"):
         PolicyNFTConfig(weights="best").validate()
 
 

@@ -12,7 +12,11 @@ from test_posttrain_objective import tiny_world_model
 
 from worldloop.common.checkpoint import load_tensors
 from worldloop.common.config import ConfigError, parse_cli
-from worldloop.rl_finetune.wm_posttrain import PosttrainConfig, run_posttraining, warn_if_candidates_alike
+from worldloop.rl_finetune.wm_posttrain.posttrain import (
+    PosttrainConfig,
+    run_posttraining,
+    warn_if_candidates_alike,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 

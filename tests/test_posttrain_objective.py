@@ -8,9 +8,13 @@ import pytest
 import torch
 
 from worldloop.rl_finetune.nft import NFTConfig, nft_loss
-from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig
-from worldloop.rl_finetune.wm_denoise import NoisedClip, predict_x0
-from worldloop.rl_finetune.wm_posttrain import PosttrainConfig, PosttrainObjective, RolloutGroupConfig
+from worldloop.rl_finetune.wm_posttrain.denoise import NoisedClip, predict_x0
+from worldloop.rl_finetune.wm_posttrain.posttrain import (
+    PosttrainConfig,
+    PosttrainObjective,
+    RolloutGroupConfig,
+)
+from worldloop.rl_finetune.wm_posttrain.rollout_stability import FidelityRewardConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
 from worldloop.world_model.model import WorldModel, WorldModelConfig

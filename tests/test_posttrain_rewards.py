@@ -8,14 +8,18 @@ import pytest
 import torch
 
 from worldloop.common.embodiment import TABLETOP_ARM
-from worldloop.rl_finetune.executability import (
+from worldloop.rl_finetune.nft import optimality_probability
+from worldloop.rl_finetune.wm_posttrain.executability import (
     ExecutabilityRewardConfig,
     executability_reward,
     executability_terms,
     jerk_rms,
 )
-from worldloop.rl_finetune.nft import optimality_probability
-from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig, clip_fidelity_reward, frame_fidelity
+from worldloop.rl_finetune.wm_posttrain.rollout_stability import (
+    FidelityRewardConfig,
+    clip_fidelity_reward,
+    frame_fidelity,
+)
 
 FID = FidelityRewardConfig(ssim_window=7)
 

@@ -8,7 +8,8 @@ import torch
 from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
 from rl_fixtures import flat_params, make_trainer, mixed_outcome_world_model
 
-from worldloop.rl_finetune.ppo import PPOConfig, PPOTrainer, gae
+from worldloop.rl_finetune.policy_rl.ppo.configuration_ppo import PPOConfig
+from worldloop.rl_finetune.policy_rl.ppo.ppo import PPOTrainer, gae
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
 
@@ -103,7 +104,7 @@ def test_bad_config_and_non_flow_policy_are_refused():
 
 def test_finetune_with_ppo_runs_without_sim_steps_and_resumes_its_value_head(tmp_path):
     from worldloop.common.checkpoint import load_torch
-    from worldloop.rl_finetune.policy_finetune import (
+    from worldloop.rl_finetune.policy_rl.finetune import (
         FinetuneEvalConfig,
         FinetunePolicyConfig,
         PolicyPath,
@@ -118,8 +119,8 @@ def test_finetune_with_ppo_runs_without_sim_steps_and_resumes_its_value_head(tmp
     tiny_policy().save_pretrained(policy)
     cfg = FinetunePolicyConfig(
         policy=PolicyPath(str(policy)), world_model=str(wm), output_dir=str(tmp_path / "ft"), iterations=2,
-        algorithm="ppo", env=WorldModelEnvConfig(horizon=4),
-        ppo=PPOConfig(starts_per_iteration=2, rollouts_per_start=1, epochs=1, minibatch_size=8, lr=1e-3),
+        env=WorldModelEnvConfig(horizon=4),
+        algorithm=PPOConfig(starts_per_iteration=2, rollouts_per_start=1, epochs=1, minibatch_size=8, lr=1e-3),
         starts=StartsConfig(count=3, seed=0),
         eval=FinetuneEvalConfig(every=2, episodes=2, seed=100, batch_envs=2, max_gap=1.0,
                                 sim=SimEvalConfig(task="reach", max_steps=4, batch_envs=2, videos=0)),
@@ -133,5 +134,3 @@ def test_finetune_with_ppo_runs_without_sim_steps_and_resumes_its_value_head(tmp
     trainer = make_trainer(cfg, tiny_policy(), WorldModelEnv(mixed_outcome_world_model()))
     trainer.load_state_dict(state)
     assert all(torch.equal(a, state["value"][k]) for k, a in trainer.value.state_dict().items())
-    with pytest.raises(ValueError, match="algorithm='sac'"):
-        FinetunePolicyConfig(policy=PolicyPath("p"), world_model="w", algorithm="sac").validate()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from worldloop.rl_finetune.quickstart import QuickstartConfig, Stage, is_done, run_stage, stages_for
+from worldloop.pipelines.quickstart import QuickstartConfig, Stage, is_done, run_stage, stages_for
 
 
 def _stage(tmp_path, body: str, name: str = "demo") -> Stage:

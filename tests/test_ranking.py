@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worldloop.rl_finetune.ranking import auroc, average_ranks, mmrv, pearson, ranking_report, spearman
+from worldloop.rl_finetune.imagination.ranking import (
+    auroc,
+    average_ranks,
+    mmrv,
+    pearson,
+    ranking_report,
+    spearman,
+)
 
 
 def test_same_order_is_perfect():
@@ -90,7 +97,7 @@ def test_auroc_by_hand():
 
 
 def test_threshold_sweep_judges_the_same_episodes_at_each_lower_threshold():
-    from worldloop.rl_finetune.policy_ranking import threshold_sweep
+    from worldloop.rl_finetune.imagination.policy_ranking import threshold_sweep
 
     def record(max_probs, sim):
         return {

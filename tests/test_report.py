@@ -11,7 +11,7 @@ import imageio.v3 as iio
 import numpy as np
 import pytest
 
-from worldloop.rl_finetune.report import Media, StageRecord, write_report
+from worldloop.pipelines.report import Media, StageRecord, write_report
 
 
 def _media(tmp_path):

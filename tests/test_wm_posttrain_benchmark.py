@@ -11,7 +11,7 @@ from benchmarks.wm_posttrain import WMPosttrainBenchmarkConfig, compare, run_ben
 from worldloop.common.config import ConfigError
 from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.data.dataset import DatasetConfig
-from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig
+from worldloop.rl_finetune.wm_posttrain.rollout_stability import FidelityRewardConfig
 
 
 def _result(scores: list[float], ssim_at_1: float, decoded: torch.Tensor) -> dict[str, torch.Tensor]:

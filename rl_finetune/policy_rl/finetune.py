@@ -1,18 +1,19 @@
 """RL fine-tuning of a BC policy in imagination, with the simulator used only to evaluate.
 
     python finetune_policy.py --config configs/finetune/tiny.yaml --policy.path=... --world_model=...
-    python finetune_policy.py ... --algorithm=ppo        # PPO with a value head instead of GRPO
-    python finetune_policy.py ... --algorithm=nft        # likelihood-free DiffusionNFT
+    python finetune_policy.py ... --algorithm.type=ppo        # PPO with a value head instead of GRPO
+    python finetune_policy.py ... --algorithm.type=nft        # likelihood-free DiffusionNFT
 
 Training episodes start from a pool of real first observations (simulator resets, rendered and never
-stepped, or dataset episodes) and run only in the world model, optimised by GRPO (`rl_finetune.grpo`,
-the default) or PPO with a value head (`rl_finetune.ppo`), which share the rollout collection and the
-clipped update with a KL to the BC policy (`rl_finetune.flow_policy_gradient`), or by DiffusionNFT
-(`rl_finetune.policy_nft`: the same collection, a reward-weighted flow-matching update). Every
-`eval.every` iterations the policy is evaluated in imagination and in the simulator from the same held-out
-starts; imagined and simulated success are logged side by side. When their difference moves by more than
-`eval.max_gap` from the BC policy's (the world model's own bias), the policy is exploiting the world
-model: training stops and the policy rolls back to the last evaluated weights within the margin.
+stepped, or dataset episodes) and run only in the world model, optimised by the algorithm the config's
+`algorithm` choice names (`policy_rl.configuration.AlgorithmConfig`): GRPO (`policy_rl/grpo/`, the default)
+or PPO with a value head (`policy_rl/ppo/`), which share the rollout collection and the clipped update with
+a KL to the BC policy (`policy_rl.flow_policy_gradient`), or DiffusionNFT (`policy_rl/nft/`: the same
+collection, a reward-weighted flow-matching update). Every `eval.every` iterations the policy is evaluated
+in imagination and in the simulator from the same held-out starts; imagined and simulated success are
+logged side by side. When their difference moves by more than `eval.max_gap` from the BC policy's (the
+world model's own bias), the policy is exploiting the world model: training stops and the policy rolls
+back to the last evaluated weights within the margin.
 
 Simulator physics steps are counted around every training iteration (`rl_finetune.sim_steps`); the run
 fails if training used any, and the summary reports the evaluation's sim steps separately.
@@ -40,12 +41,16 @@ from worldloop.common.checkpoint import (
 )
 from worldloop.common.embodiment import TABLETOP_ARM, embodiment_by_name
 from worldloop.rl_finetune.closed_loop_config import LoopConfig
-from worldloop.rl_finetune.flow_policy_gradient import FlowPolicyTrainer
-from worldloop.rl_finetune.grpo import GRPOConfig, GRPOTrainer
-from worldloop.rl_finetune.imagination_eval import check_cameras, evaluate_in_imagination
-from worldloop.rl_finetune.policy_nft import PolicyNFTConfig, PolicyNFTTrainer
-from worldloop.rl_finetune.policy_ranking import dataset_starts, sim_starts
-from worldloop.rl_finetune.ppo import PPOConfig, PPOTrainer
+from worldloop.rl_finetune.imagination.evaluation import check_cameras, evaluate_in_imagination
+from worldloop.rl_finetune.imagination.initial_states import dataset_starts, sim_starts
+from worldloop.rl_finetune.policy_rl.configuration import AlgorithmConfig
+from worldloop.rl_finetune.policy_rl.flow_policy_gradient import FlowPolicyTrainer
+from worldloop.rl_finetune.policy_rl.grpo.configuration_grpo import GRPOConfig
+from worldloop.rl_finetune.policy_rl.grpo.grpo import GRPOTrainer
+from worldloop.rl_finetune.policy_rl.nft.configuration_nft import PolicyNFTConfig
+from worldloop.rl_finetune.policy_rl.nft.nft import PolicyNFTTrainer
+from worldloop.rl_finetune.policy_rl.ppo.configuration_ppo import PPOConfig
+from worldloop.rl_finetune.policy_rl.ppo.ppo import PPOTrainer
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.vla.factory import load_policy
 from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
@@ -102,11 +107,9 @@ class FinetunePolicyConfig:
     )
     keep_checkpoints: int = 2
     env: WorldModelEnvConfig = field(default_factory=WorldModelEnvConfig)
-    # grpo (group-relative baseline) | ppo (value head + GAE) | nft (likelihood-free); see rl_finetune/
-    algorithm: str = "grpo"
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    nft: PolicyNFTConfig = field(default_factory=PolicyNFTConfig)
+    # --algorithm.type=grpo (group-relative baseline) | ppo (value head + GAE) | nft (likelihood-free), then
+    # that algorithm's fields: --algorithm.lr=1e-4. See rl_finetune/policy_rl/.
+    algorithm: AlgorithmConfig = field(default_factory=GRPOConfig)
     starts: StartsConfig = field(default_factory=StartsConfig)
     eval: FinetuneEvalConfig = field(default_factory=FinetuneEvalConfig)
     # The policy the KL trust region anchors to; "" -> the policy being fine-tuned, as loaded.
@@ -136,26 +139,31 @@ class FinetunePolicyConfig:
             raise ValueError(f"eval.keep={self.eval.keep!r}; expected 'last' or 'best_imagined'")
         if self.cpu_budget_minutes < 0:
             raise ValueError(f"cpu_budget_minutes={self.cpu_budget_minutes}; expected >= 0 (0: no budget)")
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm={self.algorithm!r}; expected one of {sorted(ALGORITHMS)}")
+        if type(self.algorithm) not in TRAINERS:
+            raise ValueError(
+                f"algorithm: {type(self.algorithm).__name__} has no trainer; expected one of "
+                f"{sorted(c.__name__ for c in TRAINERS)}"
+            )
         self.env.validate()
-        self.algorithm_config.validate()
+        self.algorithm.validate()
         self.loop.validate()
 
     @property
-    def algorithm_config(self) -> GRPOConfig | PPOConfig | PolicyNFTConfig:
-        return getattr(self, self.algorithm)
-
-    @property
     def episodes_per_iteration(self) -> int:
-        return self.algorithm_config.episodes_per_iteration
+        return self.algorithm.episodes_per_iteration
 
 
-ALGORITHMS = {"grpo": GRPOTrainer, "ppo": PPOTrainer, "nft": PolicyNFTTrainer}
+# The trainer of each algorithm choice, keyed by its config class (registered as `--algorithm.type`).
+TRAINERS: dict[type[AlgorithmConfig], type[FlowPolicyTrainer]] = {
+    GRPOConfig: GRPOTrainer,
+    PPOConfig: PPOTrainer,
+    PolicyNFTConfig: PolicyNFTTrainer,
+}
 
 
 def make_trainer(cfg: FinetunePolicyConfig, policy, env: WorldModelEnv) -> FlowPolicyTrainer:
-    trainer = ALGORITHMS[cfg.algorithm](policy, env, cfg.algorithm_config, seed=cfg.seed)
+    """The trainer of `cfg.algorithm`'s type, its BC reference loaded from `cfg.reference_policy` if set."""
+    trainer = TRAINERS[type(cfg.algorithm)](policy, env, cfg.algorithm, seed=cfg.seed)
     if cfg.reference_policy:
         load_model_weights(trainer.reference, Path(cfg.reference_policy) / "model.safetensors")
     return trainer
@@ -278,7 +286,7 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     metrics = open(out / "metrics.jsonl", "w")
     metrics.writelines(json.dumps(h) + "\n" for h in history)
     desc = f"{trainer.algorithm} in imagination"
-    starts_per_iteration = cfg.algorithm_config.starts_per_iteration
+    starts_per_iteration = cfg.algorithm.starts_per_iteration
     for it in tqdm(range(trainer.iteration + 1, cfg.iterations + 1), desc=desc):
         index = rng.choice(pool.batch_size, size=starts_per_iteration, replace=False).tolist()
         c = time.process_time()
@@ -340,7 +348,7 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         "iterations_run": len(history),
         "train_sim_steps": train_sim_steps,
         "eval_sim_steps": sum(e["sim_steps"] for e in evaluations),
-        "algorithm": cfg.algorithm,
+        "algorithm": cfg.algorithm.type,
         "imagined_env_steps_per_iteration": cfg.episodes_per_iteration * cfg.env.horizon,
         "wall_seconds": time.perf_counter() - t0,
         "cpu_seconds": None if c0 is None else time.process_time() - c0,

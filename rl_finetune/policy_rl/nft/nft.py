@@ -1,4 +1,4 @@
-"""DiffusionNFT for a flow-matching VLA inside the world model (--algorithm=nft).
+"""DiffusionNFT for a flow-matching VLA inside the world model (--algorithm.type=nft).
 
 GRPO and PPO score a chunk by the log-probability of its whole denoising chain. That is sharp: a
 Gaussian step over a 40-number chunk (10 actions x 4 joints) at the sampler's std 0.15 changes its
@@ -24,7 +24,7 @@ One iteration:
 With every r = 1 and beta = 1 this is the BC loss on the policy's own chunks (rejection-sampling
 fine-tuning); with every r = 1/2 the policy does not move.
 
-Hindsight (`nft.hindsight`). A policy that fails the same way from a start every time (reaching the red
+Hindsight (`algorithm.hindsight`). A policy that fails the same way from a start every time (reaching the red
 cube when asked for the blue one) gives its group nothing to compare, and no exploration noise within its
 own distribution turns that into a success (benchmarks/results/policy_failure_modes.json). But the episode
 did achieve something: it reached the red cube. The success head reads the instruction, so the same
@@ -39,52 +39,22 @@ left at r = 1/2: with hindsight, goal-conditioned supervised learning in imagina
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
-from typing import ClassVar
+from dataclasses import replace
 
 import torch
 
 from worldloop.common.ema import follow
 from worldloop.data.features import TASK
-from worldloop.rl_finetune.flow_policy_gradient import (
+from worldloop.rl_finetune.nft import nft_loss, optimality_probability
+from worldloop.rl_finetune.policy_rl.flow_policy_gradient import (
     FlowPolicyTrainer,
     ImaginedChunks,
-    ImaginedRLConfig,
     Rollouts,
     flatten,
     imagine_chunks,
 )
-from worldloop.rl_finetune.nft import NFTConfig, nft_loss, optimality_probability
+from worldloop.rl_finetune.policy_rl.nft.configuration_nft import PolicyNFTConfig
 from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
-
-
-@dataclass
-class PolicyNFTConfig(ImaginedRLConfig, NFTConfig):
-    """NFT (--algorithm=nft): groups of rollouts per start, optimality-weighted flow matching."""
-
-    section: ClassVar[str] = "nft"
-
-    group_size: int = 8  # rollouts per initial state (batch = starts_per_iteration x group_size)
-    # Also learn from episodes that failed their instruction but achieved another one, relabelled with it
-    # (module docstring).
-    hindsight: bool = False
-    # How an episode's return becomes r. "group": group-normalised (above). "success": r = 1 for a success,
-    # 1/2 (neither pulled nor pushed, only kept near the old policy) otherwise: learn the successes alone
-    # (rejection-sampling fine-tuning; with hindsight, goal-conditioned supervised learning). No group
-    # baseline: a start whose rollouts all succeed is still learnt.
-    weights: str = "group"
-
-    @property
-    def episodes_per_iteration(self) -> int:
-        return self.starts_per_iteration * self.group_size
-
-    def validate(self) -> None:
-        if self.weights not in ("group", "success"):
-            raise ValueError(f"nft.weights={self.weights!r}: expected 'group' or 'success'")
-        if self.group_size < 2:
-            raise ValueError(f"nft.group_size={self.group_size}: a group needs at least 2 rollouts")
-        ImaginedRLConfig.validate(self)
-        NFTConfig.validate(self)
 
 
 class PolicyNFTTrainer(FlowPolicyTrainer):

@@ -1,5 +1,5 @@
-"""benchmarks/make_rl_setting.py: every stage's command parses with its script's options, the snapshot pick,
-config errors, and resuming an interrupted training stage."""
+"""pipelines/rl_setting.py (python -m worldloop.pipelines.rl_setting): every stage's command parses with its
+script's options, the snapshot pick, config errors, and resuming an interrupted training stage."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.make_rl_setting import RLSettingConfig, heads_model, pick_snapshot, rl_world_model, stages
 from worldloop.common.config import ConfigError, parse_cli
 from worldloop.data.recording import RecordingConfig
+from worldloop.pipelines.rl_setting import RLSettingConfig, heads_model, pick_snapshot, rl_world_model, stages
 from worldloop.vla.bc_training import TrainPolicyConfig
 from worldloop.world_model.trainer import TrainWorldModelConfig
 
@@ -21,7 +21,7 @@ CONFIGS = {
 
 
 def test_every_stage_command_parses(tmp_path, monkeypatch):
-    from worldloop.rl_finetune.quickstart import REPO
+    from worldloop.pipelines.quickstart import REPO
 
     monkeypatch.chdir(REPO)  # the stages' config paths are relative to the repository
     cfg = RLSettingConfig(root=str(tmp_path))

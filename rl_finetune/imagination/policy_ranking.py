@@ -18,22 +18,21 @@ import numpy as np
 from worldloop.common.checkpoint import save_json
 from worldloop.common.config import ConfigError
 from worldloop.common.embodiment import TABLETOP_ARM, embodiment_by_name
-from worldloop.data.dataset import DatasetConfig, EpisodeDataset
-from worldloop.rl_finetune.imagination_eval import (
+from worldloop.rl_finetune.imagination.evaluation import (
     ImaginationEvalConfig,
     evaluate_in_imagination,
     side_by_side,
     write_video,
 )
-from worldloop.rl_finetune.initial_states import from_sim_resets
-from worldloop.rl_finetune.ranking import ranking_report
+from worldloop.rl_finetune.imagination.initial_states import dataset_starts, sim_starts
+from worldloop.rl_finetune.imagination.ranking import ranking_report
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.sim.tabletop_env import TabletopEnv
 from worldloop.vla.factory import load_policy
 from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 from worldloop.world_model.model import WorldModel
 from worldloop.world_model.success_calibration import CANDIDATES
-from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv, from_dataset
+from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
 
 
 def fold_cli_args(args: list[str]) -> list[str]:
@@ -68,27 +67,6 @@ def load_world_model_env(
     )
 
 
-def dataset_starts(env: WorldModelEnv, root: str, episodes: int, resize: str = "") -> InitialStates:
-    """First frames of the dataset's first `episodes` episodes, at the world model's size and cameras."""
-    size = env.world_model.cfg.dit.image_size
-    dataset = EpisodeDataset(
-        DatasetConfig(
-            root=root,
-            cameras=list(env.cameras),
-            image_size=[size, size],
-            resize=resize,
-            state_dim=env.embodiment.num_joints,
-            action_dim=env.embodiment.num_joints,
-        )
-    )
-    available = dataset.episode_indices
-    if len(available) < episodes:
-        raise ConfigError(
-            f"dataset {root} has {len(available)} episodes; {episodes} start states were asked for"
-        )
-    return from_dataset(dataset, available[:episodes], env.cameras, context=1)
-
-
 def evaluation_starts(
     env: WorldModelEnv, cfg: ImaginationEvalConfig, sim_cfg: SimEvalConfig, episodes: int, seed: int
 ) -> InitialStates:
@@ -102,24 +80,6 @@ def evaluation_starts(
             "--imagination.starts_dataset=<a LeRobotDataset of this arm>"
         )
     return sim_starts(env, sim_cfg, episodes, seed)
-
-
-def sim_starts(env: WorldModelEnv, sim_cfg: SimEvalConfig, episodes: int, seed: int) -> InitialStates:
-    """First observations of the sim episodes that `evaluate_in_sim(..., seed)` runs (same env settings)."""
-    import gymnasium as gym
-
-    from worldloop import sim
-
-    size = env.world_model.cfg.dit.image_size
-    sim_env = gym.make(sim.ENV_IDS[sim_cfg.task], config=sim_cfg.env_config(size, env.cameras))
-    try:
-        with count_sim_steps() as counter:
-            starts = from_sim_resets(sim_env, [seed + i for i in range(episodes)], env.cameras)
-        if counter.steps:
-            raise RuntimeError(f"rendering initial states stepped the simulator {counter.steps} times")
-    finally:
-        sim_env.close()
-    return starts
 
 
 def evaluate_one(
@@ -317,33 +277,24 @@ def _short_names(paths: list[str]) -> list[str]:
     return names
 
 
-def run_imagination(cfg) -> dict:
-    """What `evaluate_policy.py` runs for `--backend imagination` (one policy) or `--rank` (several).
-
-    `cfg` is evaluate_policy's config (policy.path, rank, compare_sim, imagination, sim, episodes, seed,
-    output_dir, device). Prints the table, writes `<output_dir>/ranking.json` and, with `compare_sim`, the
-    scatter plot `<output_dir>/imagined_vs_sim.png`.
+def run_imagination(
+    paths: list[str],
+    im_cfg: ImaginationEvalConfig,
+    sim_cfg: SimEvalConfig,
+    episodes: int,
+    seed: int,
+    output_dir: Path,
+    device: str = "cpu",
+    compare_sim: bool = False,
+) -> dict:
+    """Evaluate one policy (`paths` of one) or rank several in imagination (`rank_policies`), from
+    `episodes` starts of seeds `seed`.. under `sim_cfg`'s task; with `compare_sim` also in the simulator
+    from the same starts. What `evaluate_policy.py --backend imagination` and `--rank` run. Prints the
+    table, writes `<output_dir>/ranking.json` and, with `compare_sim`, the scatter plot
+    `<output_dir>/imagined_vs_sim.png`.
     """
-    if cfg.backend != "imagination":
-        raise ValueError(f"--rank evaluates in imagination: pass --backend imagination (got {cfg.backend!r})")
-    paths = list(cfg.rank) or ([cfg.policy.path] if cfg.policy.path else [])
-    if not paths:
-        raise ValueError("give --policy.path (one policy) or --rank path_a path_b ... (several)")
-    default = (
-        f"outputs/ranking/{cfg.sim.task}"
-        if cfg.rank
-        else str(Path(paths[0]).parent / f"eval_imagination_{cfg.sim.task}")
-    )
-    output_dir = Path(cfg.output_dir or default)
     result = rank_policies(
-        paths,
-        cfg.imagination,
-        cfg.sim,
-        cfg.episodes,
-        cfg.seed,
-        output_dir,
-        cfg.device,
-        compare_sim=cfg.compare_sim,
+        paths, im_cfg, sim_cfg, episodes, seed, output_dir, device, compare_sim=compare_sim
     )
     print(format_table(result["rows"]))
     if "ranking" in result:

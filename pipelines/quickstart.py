@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from worldloop.common.checkpoint import save_json
-from worldloop.rl_finetune.report import Media, StageRecord, write_report
+from worldloop.pipelines.report import Media, StageRecord, write_report
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -211,8 +211,8 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
                 f"--world_model={wm_ckpt}",
                 f"--output_dir={ft}",
                 f"--iterations={cfg.finetune_iterations}",
-                f"--grpo.group_size={cfg.finetune_group_size}",
-                f"--grpo.starts_per_iteration={cfg.finetune_starts}",
+                f"--algorithm.group_size={cfg.finetune_group_size}",
+                f"--algorithm.starts_per_iteration={cfg.finetune_starts}",
                 f"--eval.every={cfg.finetune_iterations}",
                 f"--eval.episodes={cfg.eval_episodes}",
                 f"--eval.sim.task={cfg.task}",

@@ -37,11 +37,15 @@ from worldloop.common.embodiment import EMBODIMENTS, TABLETOP_ARM, EmbodimentSpe
 from worldloop.common.training import TrainLoopConfig, last_checkpoint, run_training
 from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from worldloop.data.windows import WorldModelWindows
-from worldloop.rl_finetune.executability import ExecutabilityRewardConfig, executability_reward
 from worldloop.rl_finetune.nft import NFTConfig, nft_loss, optimality_probability
-from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig, clip_fidelity_reward
-from worldloop.rl_finetune.wm_denoise import NoisedClip, predict_x0
-from worldloop.rl_finetune.wm_posttrain_eval import executability_summary, fidelity_summary, held_out_rollouts
+from worldloop.rl_finetune.wm_posttrain.denoise import NoisedClip, predict_x0
+from worldloop.rl_finetune.wm_posttrain.evaluation import (
+    executability_summary,
+    fidelity_summary,
+    held_out_rollouts,
+)
+from worldloop.rl_finetune.wm_posttrain.executability import ExecutabilityRewardConfig, executability_reward
+from worldloop.rl_finetune.wm_posttrain.rollout_stability import FidelityRewardConfig, clip_fidelity_reward
 from worldloop.world_model.model import WorldModel
 
 STAGES = ("stability", "executability")

@@ -13,47 +13,21 @@ One iteration:
    The clip keeps each update near the data-collecting policy; the KL keeps the whole run near BC, the
    trust region that stops the policy from drifting into states where the world model is wrong.
 
-Collection and the update are shared with PPO (`rl_finetune.flow_policy_gradient`); PPO
-(`rl_finetune.ppo`) replaces the group baseline by a value head and GAE. Everything random is drawn from generators seeded by (seed, iteration), so a run is reproducible.
+Collection and the update are shared with PPO (`rl_finetune.policy_rl.flow_policy_gradient`); PPO
+(`rl_finetune.policy_rl.ppo.ppo`) replaces the group baseline by a value head and GAE. Everything random is drawn from generators seeded by (seed, iteration), so a run is reproducible.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import torch
 
-from worldloop.rl_finetune.flow_policy_gradient import (
-    FlowPolicyGradientConfig,
+from worldloop.rl_finetune.policy_rl.flow_policy_gradient import (
     FlowPolicyTrainer,
     Rollouts,
     flatten,
     imagine_chunks,
 )
 from worldloop.world_model.world_model_env import InitialStates
-
-
-@dataclass
-class GRPOConfig(FlowPolicyGradientConfig):
-    """GRPO (--algorithm=grpo, the default): groups of rollouts per start, group-normalised returns."""
-
-    section: ClassVar[str] = "grpo"
-
-    group_size: int = 8  # rollouts per initial state (batch = starts_per_iteration x group_size)
-    advantage_eps: float = 1e-4  # groups whose returns are all equal give zero advantage
-    # Divide by the group's std (GRPO) or not (Dr. GRPO). Dividing gives a group whose members differ
-    # only by a little progress the same weight as a group split between success and failure.
-    scale_by_group_std: bool = True
-
-    @property
-    def episodes_per_iteration(self) -> int:
-        return self.starts_per_iteration * self.group_size
-
-    def validate(self) -> None:
-        if self.group_size < 2:
-            raise ValueError(f"grpo.group_size={self.group_size}: a group needs at least 2 rollouts")
-        super().validate()
 
 
 def group_advantages(

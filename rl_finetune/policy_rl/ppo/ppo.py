@@ -1,9 +1,9 @@
 """PPO with a value head: the alternative to GRPO for fine-tuning a flow-matching VLA in imagination.
 
-    python finetune_policy.py --config configs/finetune/tiny.yaml --algorithm=ppo --policy.path=... --world_model=...
+    python finetune_policy.py --config configs/finetune/tiny.yaml --algorithm.type=ppo --policy.path=... --world_model=...
 
 One iteration:
-1. Collect (shared with GRPO, `rl_finetune.flow_policy_gradient.imagine_chunks`): `rollouts_per_start`
+1. Collect (shared with GRPO, `rl_finetune.policy_rl.flow_policy_gradient.imagine_chunks`): `rollouts_per_start`
    imagined episodes from each of N starts with the policy's stochastic sampler; each chunk decision earns
    the success bonus when the success head first fires in its chunk plus the change of progress over it.
 2. Advantages: a small value network reads the observation features of the frozen BC policy (its
@@ -20,55 +20,17 @@ own state, so every episode can start from a different state and credit is assig
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import torch
 from torch import nn
 
-from worldloop.rl_finetune.flow_policy_gradient import (
-    FlowPolicyGradientConfig,
+from worldloop.rl_finetune.policy_rl.flow_policy_gradient import (
     FlowPolicyTrainer,
     Rollouts,
     flatten,
     imagine_chunks,
 )
+from worldloop.rl_finetune.policy_rl.ppo.configuration_ppo import PPOConfig
 from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
-
-
-@dataclass
-class PPOConfig(FlowPolicyGradientConfig):
-    """PPO (--algorithm=ppo): a value head on the BC policy's observation features, GAE advantages."""
-
-    section: ClassVar[str] = "ppo"
-
-    starts_per_iteration: int = 16  # initial states per iteration (a shared field; PPO's default)
-    epochs: int = 4  # passes over an iteration's data (a shared field; PPO's default)
-    rollouts_per_start: int = 2  # episodes per start (batch = starts x rollouts); 1 is fine for PPO
-    gamma: float = 0.99  # discount per chunk decision
-    gae_lambda: float = 0.95
-    value_lr: float = 1.0e-3
-    value_hidden: int = 128
-    value_clip: float = 0.0  # > 0: clip the value's change per iteration (as PPO2; often no help); 0: off
-    normalize_advantages: bool = True
-
-    @property
-    def episodes_per_iteration(self) -> int:
-        return self.starts_per_iteration * self.rollouts_per_start
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("rollouts_per_start", "value_hidden"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ppo.{name}={getattr(self, name)} must be >= 1")
-        if self.value_lr <= 0 or self.value_clip < 0:
-            raise ValueError(
-                f"ppo: need value_lr > 0 and value_clip >= 0, got {self.value_lr}, {self.value_clip}"
-            )
-        if not (0 < self.gamma <= 1 and 0 <= self.gae_lambda <= 1):
-            raise ValueError(
-                f"ppo: need 0 < gamma <= 1 and 0 <= gae_lambda <= 1, got {self.gamma}, {self.gae_lambda}"
-            )
 
 
 class ValueHead(nn.Module):

@@ -6,7 +6,7 @@
 - `Rollouts`: those decisions flattened over (chunk step, episode), live ones only, with an advantage each
   (how the advantage is made is the algorithm's business; NFT stores its optimality weights there).
 - `FlowPolicyTrainer`: the BC reference, the optimiser, an iteration's bookkeeping, and the update GRPO
-  and PPO use (NFT, rl_finetune/policy_nft.py, replaces it by a likelihood-free one). Every denoising step
+  and PPO use (NFT, rl_finetune/policy_rl/nft/nft.py, replaces it by a likelihood-free one). Every denoising step
   of the sampler is a Gaussian policy step (as in Flow-GRPO), so the PPO-clipped objective takes its ratio
   per step; the exact KL to the frozen BC policy is |mean - mean_bc|^2 / (2 std^2) because both
   transitions share the std. The clip keeps an update near the data-collecting policy; the KL keeps the
@@ -22,63 +22,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
 from worldloop.data.features import IMAGE_PREFIX, STATE, TASK, camera_of, image_key
+from worldloop.rl_finetune.policy_rl.configuration import AlgorithmConfig
 from worldloop.vla.flow_vla import flow_matching
 from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
-
-
-@dataclass
-class ImaginedRLConfig:
-    """What every algorithm that trains the policy on imagined episodes shares: collection, the optimiser
-    and the reward weights (GRPO and PPO extend it through `FlowPolicyGradientConfig`, NFT directly)."""
-
-    section: ClassVar[str] = "imagined_rl"  # the config key in error messages (grpo, ppo, nft)
-
-    starts_per_iteration: int = 4  # initial states per iteration
-    epochs: int = 2  # passes over an iteration's data
-    minibatch_size: int = 32  # chunk samples per gradient step
-    lr: float = 1.0e-5
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    noise_level: float = 0.0  # sampler noise for exploration; 0 -> the policy's sde_noise_level
-    success_reward: float = 1.0  # bonus when the success head first fires (at most once an episode)
-    progress_reward: float = 0.5  # times the reward head's progress in [0, 1] gained (summed: final progress)
-    # False: only the action expert learns; the observation encoder (vision, language, state, fusion) keeps
-    # its BC weights. In imagination the policy sees drawn frames; an encoder fine-tuned on them can come
-    # to read drawn frames better than rendered ones (the gap the README's NFT diagnosis measured).
-    train_observation_encoder: bool = True
-
-    @property
-    def episodes_per_iteration(self) -> int:
-        return self.starts_per_iteration
-
-    def validate(self) -> None:
-        for name in ("starts_per_iteration", "epochs", "minibatch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{self.section}.{name}={getattr(self, name)} must be >= 1")
-        if self.lr <= 0:
-            raise ValueError(f"{self.section}.lr={self.lr} must be > 0")
-        if self.noise_level < 0:
-            raise ValueError(f"{self.section}.noise_level={self.noise_level} must be >= 0")
-
-
-@dataclass
-class FlowPolicyGradientConfig(ImaginedRLConfig):
-    """The clipped update's settings that GRPO and PPO share (their configs extend it)."""
-
-    clip_ratio: float = 0.2  # PPO clip on the per-denoising-step ratio
-    kl_coef: float = 0.05  # weight of KL(policy || BC policy)
-
-    def validate(self) -> None:
-        super().validate()
-        if self.clip_ratio <= 0:
-            raise ValueError(f"{self.section}.clip_ratio={self.clip_ratio} must be > 0")
-        if self.kl_coef < 0:
-            raise ValueError(f"{self.section}.kl_coef={self.kl_coef} must be >= 0")
 
 
 @dataclass
@@ -148,7 +98,7 @@ def imagine_chunks(
     starts: InitialStates,
     seed: int,
     noise_level: float,
-    cfg: ImaginedRLConfig,
+    cfg: AlgorithmConfig,
     instructions: list[str] | None = None,
 ) -> ImaginedChunks:
     """Episodes from `starts` with the stochastic sampler, rewarded by `cfg`'s success and progress weights.
@@ -208,7 +158,7 @@ def flatten(chunks: ImaginedChunks, advantages: list[torch.Tensor], extras: dict
     )
 
 
-def mixed_starts(success: torch.Tensor, cfg: ImaginedRLConfig) -> float:
+def mixed_starts(success: torch.Tensor, cfg: AlgorithmConfig) -> float:
     """Share of the iteration's start states whose rollouts (`starts.repeat(k)` order) both succeeded and
     failed: where success tells rollouts of one start apart, the only place a sparse success reward
     teaches anything relative to its group."""
@@ -232,7 +182,7 @@ class FlowPolicyTrainer:
 
     algorithm = "policy gradient"
 
-    def __init__(self, policy, env: WorldModelEnv, cfg: ImaginedRLConfig, seed: int = 0):
+    def __init__(self, policy, env: WorldModelEnv, cfg: AlgorithmConfig, seed: int = 0):
         cfg.validate()
         check_flow_policy(policy, self.algorithm)
         self.policy, self.env, self.cfg, self.seed = policy, env, cfg, seed
@@ -240,7 +190,7 @@ class FlowPolicyTrainer:
         if not cfg.train_observation_encoder:
             if not isinstance(getattr(policy, "observation_encoder", None), torch.nn.Module):
                 raise TypeError(
-                    f"{cfg.section}.train_observation_encoder=false: {type(policy).__name__} has no "
+                    "algorithm.train_observation_encoder=false: {type(policy).__name__} has no "
                     "observation_encoder module to keep frozen"
                 )
             policy.observation_encoder.requires_grad_(False)

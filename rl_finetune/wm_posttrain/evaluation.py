@@ -12,8 +12,8 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from worldloop.common.embodiment import EmbodimentSpec
-from worldloop.rl_finetune.executability import executability_terms, jerk_rms
-from worldloop.rl_finetune.rollout_stability import FidelityRewardConfig, frame_fidelity
+from worldloop.rl_finetune.wm_posttrain.executability import executability_terms, jerk_rms
+from worldloop.rl_finetune.wm_posttrain.rollout_stability import FidelityRewardConfig, frame_fidelity
 from worldloop.world_model.model import WorldModel
 
 

@@ -14,32 +14,28 @@ quickstart's stage runner and is skipped when its output exists, so an interrupt
 Snapshots are evaluated on seeds from `snapshot_eval_seed` (150000), clear of `rl_in_imagination.py`'s
 final evaluation (200000+): picking a weak snapshot on the seeds that later score it would flatter the gain.
 
-python benchmarks/make_rl_setting.py [--root=outputs/rl_setting]
-then the `rl_in_imagination.py` command it prints. Writes `<root>/setting.json` and
-benchmarks/results/<name>.json (stage times, the snapshot table, the pick).
+python -m worldloop.pipelines.rl_setting [--root=outputs/rl_setting]
+then the `rl_in_imagination.py` command it prints. Writes `<root>/setting.json` (the setting) and
+`<root>/summary.json` (stage times, the snapshot table, the pick, with the command, the machine and the date).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import print_table, write_result  # noqa: E402
-from worldloop.common.checkpoint import load_json, save_json  # noqa: E402
-from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
-from worldloop.rl_finetune.quickstart import REPO, Stage, run_stages  # noqa: E402
+from worldloop.common.checkpoint import load_json, save_json
+from worldloop.common.config import ConfigError, parse_cli
+from worldloop.common.run_record import print_table, write_run_record
+from worldloop.pipelines.quickstart import REPO, Stage, run_stages
 
 
 @dataclass
 class RLSettingConfig:
     root: str = "outputs/rl_setting"
-    name: str = "rl_setting"  # benchmarks/results/<name>.json
     task: str = "reach"
     world_model_episodes: int = 600  # scripted, skill drawn in [0, 1], not stopped at success
     # The heads' own data, recorded the same way on other seeds: they must learn where the named cube is from
@@ -336,11 +332,13 @@ def main() -> None:
     )
     print_table(stage_rows, "stages")
     figures = {"config": asdict(cfg), "stages": stage_rows, "snapshots": rows, "setting": setting}
-    print(f"wrote {root / 'setting.json'} and {write_result(cfg.name, figures)}")
+    summary = write_run_record(root / "summary.json", "rl_setting", figures)
+    print(f"wrote {root / 'setting.json'} and {summary}")
     print(
         "RL in imagination from it:\n  python benchmarks/rl_in_imagination.py "
-        f"--policy={policy} --world_model={world_model} --algorithm=nft "
-        "--finetune.nft.starts_per_iteration=8 --finetune.nft.lr=1e-4 --iterations=300 --threads=1 "
+        f"--policy={policy} --world_model={world_model} "
+        "--finetune.algorithm.type=nft --finetune.algorithm.starts_per_iteration=8 "
+        "--finetune.algorithm.lr=1e-4 --iterations=300 --threads=1 "
         "--finetune.cpu_budget_minutes=60"
     )
 

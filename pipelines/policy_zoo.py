@@ -6,7 +6,10 @@ widely at no extra training cost. Each candidate is evaluated in the sim on the 
 `<zoo_dir>/<name>/`, and listed with its measured success in `<zoo_dir>/zoo.json`.
 
 python benchmarks/policy_bc_success.py --output_root=outputs/bench/policy_bc_v3   # trains the 20/60/360ep runs
-python benchmarks/make_policy_zoo.py
+python -m worldloop.pipelines.policy_zoo
+
+Writes `<zoo_dir>/zoo.json` (the zoo) and `<zoo_dir>/summary.json` (the zoo's figures with the command,
+the machine and the date).
 
 Every policy reads only the cameras in `cameras` (default: front, the one the world model draws), so
 the whole zoo can be evaluated in imagination.
@@ -16,17 +19,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import print_table, write_result  # noqa: E402
-from worldloop.common.checkpoint import load_json, save_json  # noqa: E402
-from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
-from worldloop.vla.factory import load_policy  # noqa: E402
-from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim  # noqa: E402
+from worldloop.common.checkpoint import load_json, save_json
+from worldloop.common.config import ConfigError, parse_cli
+from worldloop.common.run_record import print_table, write_run_record
+from worldloop.vla.factory import load_policy
+from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 
 
 @dataclass
@@ -115,7 +115,8 @@ def main() -> None:
     )
     rates = [e["success_rate"] for e in entries]
     figures = {**zoo, "count": len(entries), "min_success": min(rates), "max_success": max(rates)}
-    print(f"wrote {zoo_dir / 'zoo.json'} and {write_result('policy_zoo', figures)}")
+    summary = write_run_record(zoo_dir / "summary.json", "policy_zoo", figures)
+    print(f"wrote {zoo_dir / 'zoo.json'} and {summary}")
     if len(entries) < cfg.min_policies:
         raise SystemExit(f"only {len(entries)} policies in the zoo, wanted at least {cfg.min_policies}")
 
