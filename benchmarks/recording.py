@@ -20,7 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import print_table, write_result  # noqa: E402
-from worldloop.data.recording import RECORDING_META, RecordingConfig, record_demos  # noqa: E402
+from worldloop.data.recording import RECORDING_META  # noqa: E402
+from worldloop.sim.recording import RecordingConfig, record_demos  # noqa: E402
 
 
 def directory_mb(path: Path) -> float:
