@@ -193,3 +193,45 @@ def test_interrupted_recording_after_included_data_merges_nothing_and_says_where
     part = recording_part(both)
     assert f"{part} (not merged into {both})" in capsys.readouterr().err
     assert len(json.loads((part / RECORDING_META).read_text())["episodes"]) == 1
+
+
+def test_expert_policy_and_deploy_recordings_share_the_one_writer(tmp_path, monkeypatch):
+    """Scripted experts, a policy in the sim and a deployment run all write through `EpisodeWriter`: every
+    frame passes its `add_frame`, and the datasets share features and `meta/recording.json` facts."""
+    from imagination_fixtures import IMAGE_SIZE, tiny_policy
+    from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+    from test_runtime_fakes import SlowSmoothPolicy
+
+    from worldloop.real_robot.deploy import DeployConfig, deploy
+    from worldloop.sim.tabletop_env import TabletopEnvConfig
+    from worldloop.vla.sim_recording import record_policy_episodes
+
+    written: dict[str, int] = {}
+    add_frame = EpisodeWriter.add_frame
+
+    def counted(self, *args, **kwargs):
+        written[self.root.name] = written.get(self.root.name, 0) + 1
+        return add_frame(self, *args, **kwargs)
+
+    monkeypatch.setattr(EpisodeWriter, "add_frame", counted)
+    record_demos(
+        _config(tmp_path, root=str(tmp_path / "expert"), episodes=1, image_size=IMAGE_SIZE, max_steps=3)
+    )
+    env_cfg = TabletopEnvConfig(task="reach", image_size=IMAGE_SIZE, cameras=("front", "wrist"), max_steps=3)
+    record_policy_episodes(tiny_policy(cameras=("front", "wrist")), env_cfg, tmp_path / "policy", [0])
+    cfg = DeployConfig(episode_time_s=0.5, stop_on_success=False)
+    cfg.robot.image_size = IMAGE_SIZE
+    cfg.runtime.status_every_s = 0.0
+    cfg.record.root = str(tmp_path / "deploy")
+    deploy(cfg, policy=SlowSmoothPolicy(latency_s=0.05))
+
+    roots = ("expert", "policy", "deploy")
+    metas = {r: LeRobotDatasetMetadata(f"local/{r}", root=tmp_path / r) for r in roots}
+    assert written == {r: m.total_frames for r, m in metas.items()} and all(written.values())
+    assert metas["expert"].features == metas["policy"].features == metas["deploy"].features
+    for r in roots:
+        recording = json.loads((tmp_path / r / RECORDING_META).read_text())
+        assert recording["complete"] and len(recording["episodes"]) == 1, r
+        episode = recording["episodes"][0]
+        assert {"episode_index", "success", "length"} <= episode.keys(), r
+        assert episode["episode_index"] == 0 and episode["length"] == metas[r].total_frames, r
