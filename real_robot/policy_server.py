@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from worldloop.real_robot.helpers import check_policy_path, load_policy
 from worldloop.real_robot.inference import InferenceRequest, PolicyRunner
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,6 @@ def serve_pretrained(
     """Load a policy and serve it until the process ends; `ready.put((host, port))` once listening."""
     import torch
 
-    from worldloop.real_robot.helpers import load_policy
     from worldloop.real_robot.robots import EMBODIMENTS
 
     if robot_type not in EMBODIMENTS:
@@ -182,7 +182,6 @@ class PolicyServerConfig:
 
 def main() -> None:
     from worldloop.common.config import parse_cli
-    from worldloop.real_robot.helpers import check_policy_path
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = parse_cli(PolicyServerConfig)
