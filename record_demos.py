@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from worldloop.common.config import parse_cli
-from worldloop.data.recording import RecordingConfig, policy_recording_parts, record_demos, recording_part
+from worldloop.data.recording import policy_recording_parts, recording_part
+from worldloop.sim.recording import RecordingConfig, record_demos
 
 
 def main(args: list[str] | None = None) -> None:

@@ -245,7 +245,7 @@ def closed_loop(args) -> list[dict]:
 
     vla = None
     if args.policy_path:
-        from worldloop.real_robot.deploy import load_policy
+        from worldloop.real_robot.helpers import load_policy
 
         vla = load_policy(args.policy_path)
     rows = []

@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
-from worldloop.data.recording import RECORDING_META, RecordingConfig, record_demos  # noqa: E402
+from worldloop.data.recording import RECORDING_META  # noqa: E402
+from worldloop.sim.recording import RecordingConfig, record_demos  # noqa: E402
 
 
 def directory_mb(path: Path) -> float:

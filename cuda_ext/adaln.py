@@ -16,9 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from worldloop.cuda_ext.backend import resolve_backend, unsupported_dtype
-
-MAX_KERNEL_CHANNELS = 16384  # the Triton kernels hold one token row in registers
+from worldloop.cuda_ext.backend import ADALN_MAX_CHANNELS, resolve_backend, unsupported_dtype
 
 
 def _per_token(cond: torch.Tensor, frame_len: int) -> torch.Tensor:
@@ -71,8 +69,8 @@ def _check_frames(op: str, x: torch.Tensor, frame_len: int, **conds: torch.Tenso
 def _unsupported(*tensors: torch.Tensor) -> str | None:
     """Why the kernels cannot take these inputs (dtype of any of them, channel count), or None."""
     channels = tensors[0].shape[-1]
-    if channels > MAX_KERNEL_CHANNELS:
-        return f"{channels} channels > {MAX_KERNEL_CHANNELS}"
+    if channels > ADALN_MAX_CHANNELS:
+        return f"{channels} channels > {ADALN_MAX_CHANNELS}"
     return next((why for why in (unsupported_dtype(t.dtype) for t in tensors) if why), None)
 
 

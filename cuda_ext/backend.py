@@ -43,6 +43,9 @@ def triton_interpreter_enabled() -> bool:
 
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# The AdaLN kernels hold one token row in registers: the dispatch (cuda_ext.adaln) sends wider rows to the
+# reference, the kernel (cuda_ext.triton_kernels.adaln) refuses them.
+ADALN_MAX_CHANNELS = 16384
 
 
 def unsupported_dtype(dtype: torch.dtype) -> str | None:

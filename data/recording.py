@@ -1,97 +1,51 @@
-"""Record scripted-expert episodes from the tabletop sim into a local LeRobotDataset v3.
+"""The one writer of recorded episodes (scripted experts, policies in the sim, deployment runs) into a local
+LeRobotDataset v3, and the growing of a dataset by appending others to it.
 
-    python record_demos.py --config configs/record/tiny.yaml --episodes=200 --skill_range="[0.2, 1.0]"
+    with EpisodeWriter(root, repo_id, fps, robot_type, joint_names, cameras, (64, 64), episodes=2) as w:
+        w.add_frame(observation, action, reward, success, done, task)   # ... every step
+        w.end_episode(seed=0)                                           # ... every episode
+    grow_dataset([base_root, root], out_root)                           # lerobot's aggregate_datasets
 
 Each frame holds the observation at time t, the action taken at t, and `next.*` (reward, success, done)
-observed after that action. An interrupted recording (Ctrl-C, an error) still finalizes the dataset: the
-episodes completed so far stay readable, the partial one is dropped. Per-episode facts that lerobot has no
-column for (seed, expert skill, success, length) go to `meta/recording.json`, whose `complete` says whether
-every requested episode was recorded (lerobot's `meta/info.json` exists from the first moment).
+observed after that action; failures are kept. The writer knows nothing of who acts: the sim's episode
+loop (`sim.recording`) and the deployment runtime (`real_robot.recorder`) hand it frames.
+
+Crash safety: closing the writer (leaving its `with` block, an exception included) drops an episode that
+was not ended, finalizes the dataset so the episodes ended so far stay readable, and writes
+`meta/recording.json` atomically. That file holds the per-episode facts lerobot has no column for
+(episode index, seed, success at any step, length, and what the caller adds, e.g. the expert's skill) and
+`complete`: whether every episode the recording was meant to hold was recorded (lerobot's
+`meta/info.json` exists from the first moment).
+
+Growing copies every source into a fresh dataset with lerobot's `aggregate_datasets` (episode indices
+renumbered in order, tasks merged), so the result is an ordinary dataset anything can read; the sources
+must agree on fps, robot type and features, which is checked first with an error naming the one that
+differs.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import shutil
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from datasets.utils import logging as hf_logging
-from tqdm import tqdm
 
 from worldloop.common.checkpoint import atomic_write_text
 from worldloop.data.features import ACTION, DONE, REWARD, SUCCESS, TASK, lerobot_features
-from worldloop.sim.experts import ExpertConfig, ScriptedExpert
-from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
-
-logger = logging.getLogger(__name__)
 
 RECORDING_META = "meta/recording.json"
 
 
-@dataclass
-class RecordingConfig:
-    root: str = "outputs/datasets/tabletop_push"  # local dataset directory (must not exist unless overwrite)
-    repo_id: str = "worldloop/tabletop_push"  # a name only; nothing is pushed to or pulled from the hub
-    task: str = "push"  # reach | push
-    episodes: int = 50
-    skill: float = 1.0  # expert skill for every episode (see sim/experts.py)
-    # If set, each episode's skill is drawn uniformly from [low, high] instead: a mixture of good and bad
-    # behaviour, which is what the world model wants to learn dynamics from.
-    skill_range: list[float] | None = None
-    seed: int = 0  # episode i uses env seed `seed + i`
-    image_size: int = 64
-    cameras: list[str] = field(default_factory=lambda: ["front", "wrist"])
-    max_steps: int = 50
-    terminate_on_success: bool = True
-    overwrite: bool = False  # replace an existing dataset at `root`
-    # lerobot's async PNG writer threads; 2 record ~1.6x faster than 0 (benchmarks/recording.py)
-    image_writer_threads: int = 2
-    backend: str = "mujoco"  # physics/rendering: mujoco | genesis (pip install 'worldloop[genesis]')
-    # Record these policies (pretrained_model directories) instead of the scripted expert: `episodes` each,
-    # policy k's episode i on seed `seed + k * episodes + i`. Their failures differ from the expert's, and
-    # the world model's success head learns failure only from the failures it is shown (vla/sim_recording.py).
-    policies: list[str] = field(default_factory=list)
-    # Datasets whose episodes come first in the new one (e.g. the expert demonstrations before recorded
-    # policies, or more scripted episodes after an earlier recording); the recorded ones follow.
-    include: list[str] = field(default_factory=list)
-
-    def validate(self) -> None:
-        if self.episodes < 1:
-            raise ValueError(f"RecordingConfig.episodes must be >= 1, got {self.episodes}")
-        if not self.root:
-            raise ValueError("RecordingConfig.root must name a local directory")
-        if self.skill_range is not None:
-            if len(self.skill_range) != 2 or not 0.0 <= self.skill_range[0] <= self.skill_range[1] <= 1.0:
-                raise ValueError(
-                    f"RecordingConfig.skill_range must be [low, high] with 0 <= low <= high <= 1, "
-                    f"got {self.skill_range}"
-                )
-        ExpertConfig(skill=self.skill).validate()
-        self.env_config().validate()
-
-    def env_config(self) -> TabletopEnvConfig:
-        """The env the episodes are recorded in."""
-        return TabletopEnvConfig(
-            task=self.task,
-            image_size=self.image_size,
-            cameras=tuple(self.cameras),
-            max_steps=self.max_steps,
-            terminate_on_success=self.terminate_on_success,
-            backend=self.backend,
-        )
-
-
-def episode_skills(cfg: RecordingConfig) -> np.ndarray:
-    """The expert skill of every episode (fixed, or drawn from skill_range with the recording seed)."""
-    if cfg.skill_range is None:
-        return np.full(cfg.episodes, cfg.skill)
-    return np.random.default_rng(cfg.seed).uniform(cfg.skill_range[0], cfg.skill_range[1], cfg.episodes)
+def write_recording_meta(root: str | Path, meta: dict) -> None:
+    """Write `meta` to `<root>/meta/recording.json` atomically (a crash leaves the old file or the new)."""
+    atomic_write_text(Path(root) / RECORDING_META, json.dumps(meta, indent=1) + "\n")
 
 
 def prepare_root(root: Path, overwrite: bool) -> None:
+    """Make way for a new dataset at `root`: an existing one is an error unless `overwrite` (then removed)."""
     if root.exists():
         if not overwrite:
             raise FileExistsError(
@@ -113,97 +67,138 @@ def policy_recording_parts(root: Path) -> Path:
     return root.parent / f".{root.name}.parts"
 
 
-def record_demos(cfg: RecordingConfig) -> Path:
-    """Record `cfg.episodes` episodes into a new dataset at `cfg.root`, after the episodes of `cfg.include`
-    (the new ones are recorded apart, then merged); returns the root."""
-    cfg.validate()
-    root = Path(cfg.root)
-    prepare_root(root, cfg.overwrite)
-    if not cfg.include:
-        return _record_scripted(cfg, root)
-    from worldloop.data.actor_recording import grow_dataset
+class EpisodeWriter:
+    """Writes episodes, frame by frame, into a new LeRobotDataset at `root` (images stored as PNG frames).
 
-    part = recording_part(root)
-    shutil.rmtree(part, ignore_errors=True)
-    _record_scripted(cfg, part)  # an interruption leaves its episodes there and merges nothing
-    grow_dataset([*cfg.include, part], root, cfg.repo_id)
-    shutil.move(part / RECORDING_META, root / RECORDING_META)
-    shutil.rmtree(part)
-    return root
+    `episodes` is how many episodes the recording is meant to hold (`complete` in `meta/recording.json`);
+    `config`, if given, is stored there too. Use it as a context manager, or call `close` in a `finally`.
+    """
 
+    def __init__(
+        self,
+        root: str | Path,
+        repo_id: str,
+        fps: int,
+        robot_type: str,
+        joint_names: Sequence[str],
+        cameras: Sequence[str],
+        image_size: tuple[int, int],
+        episodes: int,
+        config: dict | None = None,
+        image_writer_threads: int = 0,
+    ):
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-def _record_scripted(cfg: RecordingConfig, root: Path) -> Path:
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-    env_cfg = cfg.env_config()
-    env = TabletopEnv(env_cfg)
-    dataset = LeRobotDataset.create(
-        cfg.repo_id,
-        fps=env.embodiment.fps,
-        features=lerobot_features(env.embodiment.joint_names, tuple(cfg.cameras), (cfg.image_size,) * 2),
-        root=root,
-        robot_type=env.embodiment.name,
-        use_videos=False,
-        image_writer_threads=cfg.image_writer_threads,
-    )
-    expert = ScriptedExpert(env)
-    episodes: list[dict] = []
-    hf_bars_were_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # one `datasets` bar per saved episode would bury ours
-    try:
-        bar = tqdm(episode_skills(cfg), desc=f"recording {cfg.task}", unit="episode")
-        for i, skill in enumerate(bar):
-            seed = cfg.seed + i
-            expert.config = ExpertConfig(skill=float(skill))
-            episodes.append(_record_episode(env, expert, dataset, seed) | {"skill": float(skill)})
-            bar.set_postfix(success=f"{np.mean([e['success'] for e in episodes]):.0%}")
-    finally:
-        if dataset.episode_buffer is not None and dataset.episode_buffer["size"] > 0:
-            dataset.clear_episode_buffer()  # the interrupted episode is incomplete: drop it
-        dataset.finalize()
-        dataset.stop_image_writer()
-        env.close()
-        if hf_bars_were_on:
-            hf_logging.enable_progress_bar()
-        atomic_write_text(
-            root / RECORDING_META,
-            json.dumps(
-                {"config": asdict(cfg), "complete": len(episodes) == cfg.episodes, "episodes": episodes},
-                indent=1,
-            )
-            + "\n",
+        self.root = Path(root)
+        if self.root.exists():
+            raise FileExistsError(f"recording root {self.root} exists; each recording needs a new directory")
+        self.expected_episodes, self.config = episodes, config
+        self.episodes: list[dict] = []  # the facts of every ended episode, as in meta/recording.json
+        self._length, self._succeeded = 0, False
+        self._dataset = LeRobotDataset.create(
+            repo_id,
+            fps=fps,
+            features=lerobot_features(tuple(joint_names), tuple(cameras), tuple(image_size)),
+            root=self.root,
+            robot_type=robot_type,
+            use_videos=False,
+            image_writer_threads=image_writer_threads,
         )
-    return root
+        self._hf_bars_were_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # one `datasets` bar per saved episode would bury the caller's
 
+    def __enter__(self) -> EpisodeWriter:
+        return self
 
-def _record_episode(env: TabletopEnv, expert: ScriptedExpert, dataset, seed: int) -> dict:
-    obs, info = env.reset(seed=seed)
-    expert.reset(seed=seed)
-    steps, succeeded = 0, False
-    while True:
-        action = expert.act()
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        done = terminated or truncated
-        succeeded = succeeded or bool(info["success"])
-        dataset.add_frame(
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def add_frame(
+        self, observation: dict, action: np.ndarray, reward: float, success: bool, done: bool, task: str
+    ) -> None:
+        """One frame: `observation` (state and image keys) at t, the action taken at t, and the reward,
+        success and done observed after it."""
+        self._dataset.add_frame(
             {
-                **obs,
-                ACTION: action,
+                **observation,
+                ACTION: np.asarray(action, dtype=np.float32),
                 REWARD: np.array([reward], dtype=np.float32),
-                SUCCESS: np.array([info["success"]]),
+                SUCCESS: np.array([success]),
                 DONE: np.array([done]),
-                TASK: info["task"],
+                TASK: task,
             }
         )
-        obs = next_obs
-        steps += 1
-        if done:
-            break
-    dataset.save_episode()
-    return {
-        "episode_index": dataset.meta.total_episodes - 1,
-        "seed": seed,
+        self._length += 1
+        self._succeeded = self._succeeded or bool(success)
+
+    def end_episode(self, seed: int | None = None, **facts) -> dict:
+        """Save the frames added since the last episode as one episode; returns its facts (episode index,
+        `seed` if given, success, length, then `facts`), also kept for `meta/recording.json`."""
+        if self._length == 0:
+            raise ValueError(f"recording {self.root}: an episode needs at least one frame")
+        self._dataset.save_episode()
+        episode = {"episode_index": self._dataset.meta.total_episodes - 1}
+        if seed is not None:
+            episode["seed"] = seed
         # Any step, not the last: an episode that does not end at success may succeed and move on.
-        "success": succeeded,
-        "length": steps,
-    }
+        episode |= {"success": self._succeeded, "length": self._length, **facts}
+        self.episodes.append(episode)
+        self._length, self._succeeded = 0, False
+        return episode
+
+    def close(self) -> None:
+        """Drop an episode that was not ended, finalize the dataset and write `meta/recording.json`."""
+        dataset = self._dataset
+        try:
+            if dataset.episode_buffer is not None and dataset.episode_buffer["size"] > 0:
+                dataset.clear_episode_buffer()  # the interrupted episode is incomplete: drop it
+            dataset.finalize()
+            dataset.stop_image_writer()
+        finally:
+            if self._hf_bars_were_on:
+                hf_logging.enable_progress_bar()
+            meta = {} if self.config is None else {"config": self.config}
+            meta |= {"complete": len(self.episodes) == self.expected_episodes, "episodes": self.episodes}
+            write_recording_meta(self.root, meta)
+
+
+def check_compatible(roots: Sequence[str | Path]) -> None:
+    """Raise naming the first dataset whose fps, robot type or features differ from the first one's."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+
+    metas = [LeRobotDatasetMetadata(f"local/{Path(r).name}", root=r) for r in roots]
+    first = metas[0]
+    for root, meta in zip(roots[1:], metas[1:]):
+        for name in ("fps", "robot_type"):
+            if getattr(meta, name) != getattr(first, name):
+                raise ValueError(
+                    f"dataset {root}: {name}={getattr(meta, name)!r} differs from {roots[0]}'s "
+                    f"{getattr(first, name)!r}; datasets must agree to be grown into one"
+                )
+        keys = set(meta.features) | set(first.features)
+        differing = sorted(k for k in keys if meta.features.get(k) != first.features.get(k))
+        if differing:
+            k = differing[0]
+            raise ValueError(
+                f"dataset {root}: feature {k!r} is {meta.features.get(k)} but {first.features.get(k)} in "
+                f"{roots[0]} ({len(differing)} features differ); record with the same cameras and image size"
+            )
+
+
+def grow_dataset(roots: Sequence[str | Path], out_root: str | Path, repo_id: str = "") -> Path:
+    """A new dataset at `out_root` holding every episode of `roots`, in order; returns `out_root`."""
+    from lerobot.datasets.aggregate import aggregate_datasets
+
+    out_root = Path(out_root)
+    if out_root.exists():
+        raise FileExistsError(f"dataset root {out_root} exists; growing writes a new dataset")
+    if not roots:
+        raise ValueError("grow_dataset needs at least one source dataset")
+    check_compatible(roots)
+    aggregate_datasets(
+        repo_ids=[f"local/{Path(r).name}" for r in roots],
+        aggr_repo_id=repo_id or f"local/{out_root.name}",
+        roots=[Path(r) for r in roots],
+        aggr_root=out_root,
+    )
+    return out_root

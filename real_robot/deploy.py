@@ -16,6 +16,7 @@ import torch
 from lerobot.robots import RobotConfig
 
 from worldloop.real_robot.fusion import FuserConfig, make_fuser
+from worldloop.real_robot.helpers import check_policy_path, load_policy
 from worldloop.real_robot.inference import PolicyRunner, ThreadedInference
 from worldloop.real_robot.policy_server import RemotePolicyClient, start_server_process
 from worldloop.real_robot.recorder import EpisodeRecorder, RecordConfig
@@ -30,7 +31,8 @@ logger = logging.getLogger(__name__)
 class DeployConfig:
     robot: RobotConfig = field(default_factory=SimRobotConfig)  # --robot.type=sim | so101_follower | ...
     policy_path: str | None = None  # pretrained policy directory (config.yaml, model.safetensors, stats.json)
-    policy_server: str | None = None  # HOST:PORT of `python -m real_robot.policy_server` (no policy_path)
+    # HOST:PORT of `python -m worldloop.real_robot.policy_server` (then no policy_path)
+    policy_server: str | None = None
     inference: str = "thread"  # thread | process (policy_path served by a child process: no shared GIL)
     instruction: str | None = None  # language instruction; default: the sim robot's task
     episode_time_s: float = 20.0
@@ -49,20 +51,6 @@ class DeployResult:
     dataset_root: Path | None
     rejections: dict[str, int]
     watchdog_fired: int
-
-
-def check_policy_path(path: str | None) -> None:
-    if path is None:
-        raise ValueError("policy_path: a pretrained policy directory is required (--policy_path=DIR)")
-    if not Path(path).is_dir():
-        raise FileNotFoundError(f"policy_path: {path} is not a directory")
-
-
-def load_policy(path: str | None):
-    check_policy_path(path)
-    from worldloop.vla.factory import load_policy as load
-
-    return load(path)
 
 
 def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:

@@ -1,6 +1,6 @@
 """Run the policy in another process or on another machine: a small TCP policy server and its client.
 
-    python -m real_robot.policy_server --policy_path DIR [--host 127.0.0.1 --port 8765]
+    python -m worldloop.real_robot.policy_server --policy_path DIR [--host 127.0.0.1 --port 8765]
     python deploy.py ... --policy_server=127.0.0.1:8765
 
 The server binds to localhost unless told otherwise. Messages are length-prefixed `.npz` archives read
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from worldloop.real_robot.helpers import check_policy_path, load_policy
 from worldloop.real_robot.inference import InferenceRequest, PolicyRunner
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,6 @@ def serve_pretrained(
     """Load a policy and serve it until the process ends; `ready.put((host, port))` once listening."""
     import torch
 
-    from worldloop.real_robot.deploy import load_policy
     from worldloop.real_robot.robots import EMBODIMENTS
 
     if robot_type not in EMBODIMENTS:
@@ -185,8 +185,7 @@ def main() -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = parse_cli(PolicyServerConfig)
-    if cfg.policy_path is None:
-        raise ValueError("policy_path: a pretrained policy directory is required (--policy_path=DIR)")
+    check_policy_path(cfg.policy_path)
     try:
         serve_pretrained(cfg.policy_path, cfg.robot_type, cfg.host, cfg.port, cfg.threads)
     except KeyboardInterrupt:

@@ -1,7 +1,9 @@
 """Record a deployment run as a LeRobotDataset v3 episode (the closed loop: robot runs become training data).
 
 Frames are taken at the embodiment's fps. A frame's action is the last command sent before the next
-frame's observation (where the arm was told to be one step later, as in recorded demonstrations). Image
+frame's observation (where the arm was told to be one step later, as in recorded demonstrations). The
+runtime drives; this module is its sink into the one dataset writer every recording shares
+(`data.recording.EpisodeWriter`: same frame layout and `meta/recording.json` as sim recordings). Image
 encoding and disk writes happen in a writer thread so the control loop never waits on the disk.
 """
 
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, image_key, lerobot_features
+from worldloop.data.features import IMAGE_PREFIX, STATE, image_key
+from worldloop.data.recording import EpisodeWriter
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +38,7 @@ class EpisodeRecorder:
         self.cfg, self.joint_names, self.fps, self.task = cfg, joint_names, fps, task
         self.robot_type = robot_type
         self.keys = [f"{j}.pos" for j in joint_names]
-        self._dataset = None
+        self._writer: EpisodeWriter | None = None  # created from the first frame's cameras
         self._pending: dict | None = None  # the last observation, waiting for its action
         self._frames: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
@@ -50,49 +53,52 @@ class EpisodeRecorder:
         self._pending = dict(observation)
 
     def finish(self, last_command: np.ndarray, success: bool) -> Path:
-        """Write the last frame (done, with the run's success) and the episode; returns the dataset root."""
+        """Write the last frame (done, with the run's success) and the episode; returns the dataset root.
+
+        If writing failed, the dataset is still finalized without the episode before the error is raised."""
         if self._pending is not None:
             self._frames.put(self._frame(self._pending, last_command, done=True, success=success))
             self._pending = None
         self._frames.put(None)
         self._thread.join()
+        if self._writer is not None:
+            with self._writer:
+                if self._error is None:
+                    self._writer.end_episode()
         if self._error is not None:
             raise RuntimeError(f"recording to {self.cfg.root} failed") from self._error
-        if self._dataset is not None:
-            self._dataset.save_episode()
-            self._dataset.finalize()
         return Path(self.cfg.root)
 
     def _frame(self, observation: dict, action: np.ndarray, done: bool, success: bool = False) -> dict:
-        frame = {
-            STATE: np.array([observation[k] for k in self.keys], dtype=np.float32),
-            ACTION: np.asarray(action, dtype=np.float32),
-            REWARD: np.array([float(success)], dtype=np.float32),
-            SUCCESS: np.array([success]),
-            DONE: np.array([done]),
-            "task": self.task,
-        }
+        """The robot's observation (joint positions by `<joint>.pos`, camera images) as a recorded frame."""
+        recorded = {STATE: np.array([observation[k] for k in self.keys], dtype=np.float32)}
         for key, value in observation.items():
             if isinstance(value, np.ndarray) and value.ndim == 3:
-                frame[image_key(key)] = value
-        return frame
+                recorded[image_key(key)] = value
+        return {
+            "observation": recorded,
+            "action": np.array(action, dtype=np.float32),  # a copy: the runtime updates its command in place
+            "reward": float(success),
+            "success": success,
+            "done": done,
+            "task": self.task,
+        }
 
-    def _create(self, frame: dict):
-        from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-        cameras = tuple(k[len("observation.images.") :] for k in frame if k.startswith("observation.images."))
-        sizes = {frame[image_key(c)].shape[:2] for c in cameras}
+    def _open(self, observation: dict) -> EpisodeWriter:
+        cameras = tuple(k[len(IMAGE_PREFIX) :] for k in observation if k.startswith(IMAGE_PREFIX))
+        sizes = {observation[image_key(c)].shape[:2] for c in cameras}
         if len(sizes) > 1:
-            raise ValueError(f"recording needs cameras of one size, got {sizes}")
+            raise ValueError(f"record: recording needs cameras of one size, got {sizes}")
         size = sizes.pop() if sizes else (0, 0)
-        features = lerobot_features(self.joint_names, cameras, size)
-        return LeRobotDataset.create(
+        return EpisodeWriter(
+            self.cfg.root,
             self.cfg.repo_id,
             self.fps,
-            features,
-            root=self.cfg.root,
-            robot_type=self.robot_type,
-            use_videos=False,
+            self.robot_type,
+            self.joint_names,
+            cameras,
+            size,
+            episodes=1,
         )
 
     def _write(self) -> None:
@@ -103,9 +109,9 @@ class EpisodeRecorder:
             if self._error is not None:
                 continue  # drain: the control loop must never block on a failed recorder
             try:
-                if self._dataset is None:
-                    self._dataset = self._create(frame)
-                self._dataset.add_frame(frame)
+                if self._writer is None:
+                    self._writer = self._open(frame["observation"])
+                self._writer.add_frame(**frame)
                 self.frames_written += 1
             except BaseException as e:
                 logger.error("recording failed: %s", e)

@@ -7,9 +7,10 @@ policy again in imagination.
 
 Each round r = 1..N, starting from the BC policy and the given world model:
 (a) run the current policy in the simulator for `loop.episodes` episodes (seeds disjoint from every
-    evaluation) and record them with `data.actor_recording` (failures kept, `next.success` labelled);
+    evaluation) and record them with `vla.sim_recording` (the sim's episode loop and the one dataset
+    writer, `data.recording.EpisodeWriter`: failures kept, `next.success` labelled);
 (b) grow the world model's data: a new LeRobotDataset holding the previous round's data and these episodes
-    (`round_<r>/dataset`; the given dataset is never modified);
+    (`data.recording.grow_dataset` into `round_<r>/dataset`; the given dataset is never modified);
 (c) fine-tune the world model on the grown data for `loop.world_model_train.steps` steps from its current
     weights (`world_model.trainer.open_dataset` + the shared training loop `common.training.run_training`),
     or its outcome heads alone (`loop.heads_only`), then optionally calibrate its success threshold again
@@ -37,9 +38,9 @@ from torch.utils.data import ConcatDataset, Dataset, Subset
 
 from worldloop.common.checkpoint import save_json
 from worldloop.common.training import run_training
-from worldloop.data.actor_recording import grow_dataset
 from worldloop.data.dataset import DatasetConfig
 from worldloop.data.features import IMAGE_PREFIX
+from worldloop.data.recording import grow_dataset
 from worldloop.data.windows import WorldModelWindows
 from worldloop.rl_finetune.closed_loop_config import LoopConfig
 from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, PolicyPath, finetune

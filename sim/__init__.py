@@ -1,4 +1,5 @@
-"""worldloop: sim — the MuJoCo tabletop suite, scripted experts and the sim robot.
+"""worldloop: sim — the MuJoCo tabletop suite, scripted experts, the sim robot, and the episode loop that
+records an actor in it (`sim.recording`).
 
 Importing `sim` selects a headless OpenGL backend (before MuJoCo loads) and registers the gymnasium envs
 `worldloop/TabletopReach-v0` and `worldloop/TabletopPush-v0`.

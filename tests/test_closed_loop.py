@@ -12,8 +12,7 @@ import torch
 from imagination_fixtures import IMAGE_SIZE, tiny_policy, tiny_world_model
 
 from worldloop.common.training import TrainLoopConfig
-from worldloop.data.actor_recording import grow_dataset, record_actor_episodes
-from worldloop.data.recording import RecordingConfig, record_demos
+from worldloop.data.recording import grow_dataset
 from worldloop.rl_finetune.closed_loop import finetune_world_model, oversampled, run_closed_loop
 from worldloop.rl_finetune.closed_loop_config import LoopConfig
 from worldloop.rl_finetune.policy_rl.finetune import (
@@ -24,6 +23,7 @@ from worldloop.rl_finetune.policy_rl.finetune import (
 )
 from worldloop.rl_finetune.policy_rl.grpo.configuration_grpo import GRPOConfig
 from worldloop.sim.experts import ScriptedExpert
+from worldloop.sim.recording import RecordingConfig, record_actor_episodes, record_demos
 from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 from worldloop.vla.sim_evaluation import SimEvalConfig
 from worldloop.vla.sim_recording import record_policies

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from worldloop.common.config import ConfigError, parse_cli
-from worldloop.data.recording import RecordingConfig
 from worldloop.pipelines.rl_setting import RLSettingConfig, heads_model, pick_snapshot, rl_world_model, stages
+from worldloop.sim.recording import RecordingConfig
 from worldloop.vla.bc_training import TrainPolicyConfig
 from worldloop.world_model.trainer import TrainWorldModelConfig
 

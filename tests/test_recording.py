@@ -1,4 +1,5 @@
-"""Recording scripted episodes into a LeRobotDataset v3 and reading them back with lerobot, offline."""
+"""Recording scripted episodes into a LeRobotDataset v3 and reading them back with lerobot, offline; the one
+writer (`data.recording.EpisodeWriter`) behind every recording: scripted experts, policies, deployment runs."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import worldloop.data.recording as recording
+import worldloop.sim.recording as recording
 from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, image_key
-from worldloop.data.recording import RECORDING_META, RecordingConfig, record_demos
+from worldloop.data.recording import RECORDING_META, EpisodeWriter, recording_part
+from worldloop.sim.recording import RecordingConfig, record_demos
 from worldloop.sim.tabletop_env import TabletopEnv
 
 TINY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "record" / "tiny.yaml"
@@ -113,7 +115,7 @@ def test_record_demos_cli_with_the_tiny_config(tmp_path):
     assert 0.3 <= meta["episodes"][0]["skill"] <= 1.0
 
 
-def test_an_episode_succeeds_when_any_step_does():
+def test_an_episode_succeeds_when_any_step_does(tmp_path):
     """Without termination at success an episode can reach the goal and move on: it still succeeded."""
 
     class Env:
@@ -121,12 +123,12 @@ def test_an_episode_succeeds_when_any_step_does():
             self.t = 0
 
         def reset(self, seed):
-            return {}, {}
+            return {STATE: np.zeros(1, dtype=np.float32)}, {}
 
         def step(self, action):
             self.t += 1
             info = {"success": self.t == 2, "task": "reach the red cube"}
-            return {}, 0.0, False, self.t == 4, info
+            return {STATE: np.full(1, self.t, dtype=np.float32)}, 0.0, False, self.t == 4, info
 
     class Expert:
         def reset(self, seed):
@@ -135,22 +137,19 @@ def test_an_episode_succeeds_when_any_step_does():
         def act(self):
             return np.zeros(1, dtype=np.float32)
 
-    class Dataset:
-        meta = type("Meta", (), {"total_episodes": 1})()
+    with EpisodeWriter(tmp_path / "d", "local/d", 10, "arm", ["j"], (), (0, 0), episodes=1) as writer:
+        episode = recording.record_episode(Env(), Expert(), writer, seed=3, skill=0.5)
+    assert episode == {"episode_index": 0, "seed": 3, "success": True, "length": 4, "skill": 0.5}
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-        def __init__(self):
-            self.frames = []
-
-        def add_frame(self, frame):
-            self.frames.append(frame)
-
-        def save_episode(self):
-            pass
-
-    dataset = Dataset()
-    episode = recording._record_episode(Env(), Expert(), dataset, seed=0)
-    assert episode["success"] is True and episode["length"] == 4
-    assert [bool(f[SUCCESS][0]) for f in dataset.frames] == [False, True, False, False]
+    ds = LeRobotDataset("local/d", root=tmp_path / "d")
+    assert [bool(ds[i][SUCCESS]) for i in range(4)] == [False, True, False, False]
+    # each frame holds the observation before its step
+    assert [float(ds[i][STATE]) for i in range(4)] == [0.0, 1.0, 2.0, 3.0]
+    assert json.loads((tmp_path / "d" / RECORDING_META).read_text()) == {
+        "complete": True,
+        "episodes": [episode],
+    }
 
 
 def test_recording_after_included_data_merges_them_in_order(tmp_path):
@@ -191,6 +190,48 @@ def test_interrupted_recording_after_included_data_merges_nothing_and_says_where
         cli.main([f"--root={both}", "--repo_id=worldloop/test_demos", "--task=reach", "--episodes=3",
                   "--image_size=16", "--max_steps=6", "--terminate_on_success=false", f"--include=[{first.root}]"])  # fmt: skip
     assert not both.exists()  # nothing merged
-    part = recording.recording_part(both)
+    part = recording_part(both)
     assert f"{part} (not merged into {both})" in capsys.readouterr().err
     assert len(json.loads((part / RECORDING_META).read_text())["episodes"]) == 1
+
+
+def test_expert_policy_and_deploy_recordings_share_the_one_writer(tmp_path, monkeypatch):
+    """Scripted experts, a policy in the sim and a deployment run all write through `EpisodeWriter`: every
+    frame passes its `add_frame`, and the datasets share features and `meta/recording.json` facts."""
+    from imagination_fixtures import IMAGE_SIZE, tiny_policy
+    from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+    from test_runtime_fakes import SlowSmoothPolicy
+
+    from worldloop.real_robot.deploy import DeployConfig, deploy
+    from worldloop.sim.tabletop_env import TabletopEnvConfig
+    from worldloop.vla.sim_recording import record_policy_episodes
+
+    written: dict[str, int] = {}
+    add_frame = EpisodeWriter.add_frame
+
+    def counted(self, *args, **kwargs):
+        written[self.root.name] = written.get(self.root.name, 0) + 1
+        return add_frame(self, *args, **kwargs)
+
+    monkeypatch.setattr(EpisodeWriter, "add_frame", counted)
+    record_demos(
+        _config(tmp_path, root=str(tmp_path / "expert"), episodes=1, image_size=IMAGE_SIZE, max_steps=3)
+    )
+    env_cfg = TabletopEnvConfig(task="reach", image_size=IMAGE_SIZE, cameras=("front", "wrist"), max_steps=3)
+    record_policy_episodes(tiny_policy(cameras=("front", "wrist")), env_cfg, tmp_path / "policy", [0])
+    cfg = DeployConfig(episode_time_s=0.5, stop_on_success=False)
+    cfg.robot.image_size = IMAGE_SIZE
+    cfg.runtime.status_every_s = 0.0
+    cfg.record.root = str(tmp_path / "deploy")
+    deploy(cfg, policy=SlowSmoothPolicy(latency_s=0.05))
+
+    roots = ("expert", "policy", "deploy")
+    metas = {r: LeRobotDatasetMetadata(f"local/{r}", root=tmp_path / r) for r in roots}
+    assert written == {r: m.total_frames for r, m in metas.items()} and all(written.values())
+    assert metas["expert"].features == metas["policy"].features == metas["deploy"].features
+    for r in roots:
+        recording = json.loads((tmp_path / r / RECORDING_META).read_text())
+        assert recording["complete"] and len(recording["episodes"]) == 1, r
+        episode = recording["episodes"][0]
+        assert {"episode_index", "success", "length"} <= episode.keys(), r
+        assert episode["episode_index"] == 0 and episode["length"] == metas[r].total_frames, r

@@ -1,13 +1,19 @@
-"""End to end: deploy.py's `deploy` drives the MuJoCo sim robot with a slow policy and records the run."""
+"""End to end: deploy.py's `deploy` drives the MuJoCo sim robot with a slow policy and records the run; a
+recording that fails keeps a finalized dataset without the episode."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pytest
 from test_runtime_fakes import SlowSmoothPolicy
 
 from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.data.features import ACTION, STATE, image_key
+from worldloop.data.recording import RECORDING_META
 from worldloop.real_robot.deploy import DeployConfig, deploy
+from worldloop.real_robot.recorder import EpisodeRecorder, RecordConfig
 
 
 def test_deploy_on_the_sim_robot_with_a_slow_policy_records_a_valid_dataset(tmp_path):
@@ -33,3 +39,16 @@ def test_deploy_on_the_sim_robot_with_a_slow_policy_records_a_valid_dataset(tmp_
     assert np.max(np.abs(states[1:] - actions[:-1])) < 0.1
     assert ds[ds.num_frames - 1]["next.done"].item() and not ds[0]["next.done"].item()
     assert ds[0]["task"]  # the sim's instruction was used
+
+
+def test_a_failed_deploy_recording_drops_the_episode_and_leaves_a_finalized_dataset(tmp_path):
+    root = tmp_path / "run"
+    recorder = EpisodeRecorder(RecordConfig(root=str(root)), TABLETOP_ARM.joint_names, 10, "push", "sim")
+    joints = {f"{j}.pos": 0.0 for j in TABLETOP_ARM.joint_names}
+    command = np.zeros(TABLETOP_ARM.num_joints)
+    recorder.on_observation({**joints, "front": np.zeros((8, 8, 3), np.uint8)}, 0.0, command)
+    recorder.on_observation({**joints, "front": np.zeros((4, 4, 3), np.uint8)}, 0.1, command)  # wrong size
+    with pytest.raises(RuntimeError, match=f"recording to {root} failed"):
+        recorder.finish(command, success=False)
+    assert json.loads((root / RECORDING_META).read_text()) == {"complete": False, "episodes": []}
+    assert (root / "meta" / "info.json").exists()

@@ -135,7 +135,7 @@ def test_scripted_expert_succeeds(genesis_env, task):
 def test_recorded_episode_reads_back_as_a_lerobot_dataset(tmp_path, genesis_env):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    from worldloop.data.recording import RecordingConfig, record_demos
+    from worldloop.sim.recording import RecordingConfig, record_demos
 
     cfg = RecordingConfig(
         root=str(tmp_path / "demos"),
@@ -159,7 +159,7 @@ def test_recorded_episode_reads_back_as_a_lerobot_dataset(tmp_path, genesis_env)
 @pytest.mark.parametrize(
     "config_file, config_class, backend_of",
     [
-        ("configs/record/tiny_genesis.yaml", "worldloop.data.recording:RecordingConfig", lambda c: c.backend),
+        ("configs/record/tiny_genesis.yaml", "worldloop.sim.recording:RecordingConfig", lambda c: c.backend),
         ("configs/eval/tiny_genesis.yaml", "evaluate_policy:EvaluatePolicyConfig", lambda c: c.sim.backend),
     ],
 )

@@ -1,5 +1,8 @@
 """A policy's own simulator episodes, recorded as a LeRobotDataset: failures kept, every frame labelled.
 
+The policy is wrapped as an actor for the sim's episode loop (`sim.recording`), which hands the frames to
+the one dataset writer (`data.recording.EpisodeWriter`), as for scripted experts and deployment runs.
+
 This is how robot behaviour flows back into the world model's data: the closed loop records the policy it
 is fine-tuning (`rl_finetune/closed_loop.py`), and `record_demos.py --policies=[...]` records earlier
 policies. Scripted experts fail in their own ways (a wrong cube, a pause, noise); a learned policy fails
@@ -12,7 +15,6 @@ failure looks like only from the failures it is shown.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -23,10 +25,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from worldloop.common.checkpoint import atomic_write_text
-from worldloop.data.actor_recording import grow_dataset, record_actor_episodes
 from worldloop.data.features import STATE, TASK, image_key
-from worldloop.data.recording import RECORDING_META, RecordingConfig, policy_recording_parts, prepare_root
+from worldloop.data.recording import grow_dataset, policy_recording_parts, prepare_root, write_recording_meta
+from worldloop.sim.recording import RecordingConfig, record_actor_episodes
 from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 from worldloop.vla.factory import load_policy
 from worldloop.vla.policy import Policy
@@ -47,7 +48,7 @@ class KeepsLastObservation(gym.Wrapper):
 
 
 class PolicyActor:
-    """A `Policy` in the recorder's actor shape (`reset(seed)`, `act()`), reading the wrapped env's last
+    """A `Policy` in the sim recording's actor shape (`reset(seed)`, `act()`; `sim.recording`), reading the wrapped env's last
     observation; the sampler's noise is seeded per episode so a recording is reproducible."""
 
     def __init__(self, policy: Policy, env: KeepsLastObservation, device: str):
@@ -127,6 +128,5 @@ def record_policies(cfg: RecordingConfig, device: str = "cpu") -> Path:
         )
     grow_dataset([*cfg.include, *(parts / f"{k:03d}" for k in range(len(cfg.policies)))], root, cfg.repo_id)
     shutil.rmtree(parts)
-    meta = {"config": asdict(cfg), "complete": True, "policies": recorded}
-    atomic_write_text(root / RECORDING_META, json.dumps(meta, indent=1) + "\n")
+    write_recording_meta(root, {"config": asdict(cfg), "complete": True, "policies": recorded})
     return root

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from worldloop.cuda_ext.adaln import MAX_KERNEL_CHANNELS
+from worldloop.cuda_ext.backend import ADALN_MAX_CHANNELS
 
 
 @triton.jit
@@ -104,9 +104,9 @@ def _gated_residual_fwd(RES, Y, GATE, OUT, L, C, frame_len, BLOCK_C: tl.constexp
 
 
 def _block_c(channels: int) -> int:
-    if channels > MAX_KERNEL_CHANNELS:
+    if channels > ADALN_MAX_CHANNELS:
         raise ValueError(
-            f"adaln (triton): {channels} channels do not fit one row block (max {MAX_KERNEL_CHANNELS})"
+            f"adaln (triton): {channels} channels do not fit one row block (max {ADALN_MAX_CHANNELS})"
         )
     return triton.next_power_of_2(channels)
 
