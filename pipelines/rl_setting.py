@@ -56,7 +56,7 @@ class RLSettingConfig:
     # Then the world model's frames trained longer (lr 5e-4, from its weights) with the heads kept as fitted:
     # the first 2,500 steps saw each training frame less than once. On 64 held-out windows SSIM@30 went
     # 0.828 -> 0.876 (copy-last 0.872), moving-pixel PSNR@10 12.1 -> 14.9 dB
-    # (benchmarks/results/world_model_fidelity_rl_setting_*.json). 0 skips.
+    # (benchmarks/results/world_model_fidelity.json, docs/results/world_model_fidelity_rl_setting_*.json). 0 skips.
     world_model_more_steps: int = 5000
     demo_episodes: int = 400  # skill 1.0; a tenth is held out, so 360 train the policy
     policy_steps: int = 2000  # the tiny FlowVLA recipe (its learning-rate schedule); snapshots are early

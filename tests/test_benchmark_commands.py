@@ -1,5 +1,6 @@
-"""Every committed benchmark result names the command that reproduces it: that command must still parse
-with today's benchmark options (a renamed or dropped option, or a scratch config file, breaks it)."""
+"""Every current benchmark result (benchmarks/results/; the history in docs/results/ is not checked) names
+the command that reproduces it: that command must still parse with today's benchmark options (a renamed or
+dropped option, or a scratch config file, breaks it)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ episodes their success AUROC was 0.67-0.69 (0.999 on training episodes), with or
 at 16x16 pixels a token is too coarse to tell which cube the gripper is at, so the heads learned the
 training episodes by heart. A small convolutional encoder at full resolution, with a spatial soft-argmax
 (where the instruction's object is) and frames shifted by a few pixels in training, reached 0.91 on
-held-out real frames, 0.992 when fitted on 1,440 episodes (benchmarks/results/success_head*.json).
+held-out real frames, 0.992 when fitted on 1,440 episodes (docs/results/success_head_tiny_heads.json,
+benchmarks/results/success_head.json).
 In imagination the joint positions are not drawn but integrated from the commanded actions
 (`WorldModelEnv`); the frame tells where things are. Generated frames drift from real ones over a long
 rollout: heads fitted on real frames only misjudge them, so they are fitted on the model's own rollouts
@@ -25,7 +26,7 @@ episode starts from. Where the objects stand can be read from it, sharp, before 
 task whose objects stay put until touched (reach), that frame and the joint state (exact in imagination)
 tell whether the fingertip is at the named object, whatever the drawn frame looks like. `use_frame=False`
 judges from those two alone: the verdict no longer depends on how well the model draws a near miss, only
-on where the policy moved the arm. Measured on reach (README, benchmarks/results/
+on where the policy moved the arm. Measured on reach (docs/results/
 imagination_eval_first_state_50ep_sweep.json): open-loop replays of other policies' sim episodes judged
 with balanced accuracy 0.72 (pixel heads 0.64); the policy zoo's largest imagined-vs-sim gap 18 points at
 the calibrated threshold (pixel heads 34), and with 150 episodes per policy Spearman 0.94, MMRV 0.011.

@@ -11,7 +11,7 @@ Measured on reach (tiny world model): with 360 training episodes the heads learn
 heart (held-out success AUROC on real frames 0.91 -> 0.67). With 1,440 episodes they did not: on open-loop
 rollouts of held-out episodes the heads' AUROC went from 0.46 (fitted on real frames only) to 0.87, and the
 policy-zoo ranking in imagination from Spearman -0.88 to 0.64 (Pearson 0.77)
-(benchmarks/results/imagination_*_1600ep*.json).
+(docs/results/imagination_*_1600ep*.json).
 
 Items have the layout of `data.windows.WorldModelWindows` items, so the two concatenate into one dataset.
 """
