@@ -30,7 +30,7 @@ from pathlib import Path
 from worldloop.common.checkpoint import save_json
 from worldloop.common.config import ConfigError, parse_cli
 from worldloop.rl_finetune.imagination.evaluation import ImaginationEvalConfig
-from worldloop.rl_finetune.imagination.policy_ranking import fold_cli_args, run_imagination
+from worldloop.rl_finetune.imagination.policy_ranking import fold_cli_args, print_ranking, rank_policies
 from worldloop.vla.factory import load_policy
 from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
 from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
@@ -104,17 +104,19 @@ def main(args: list[str] | None = None) -> None:
             if cfg.rank
             else Path(paths[0]).parent / f"eval_imagination_{cfg.sim.task}"
         )
-        # prints its table, writes ranking.json (+ the scatter PNG with --compare-sim)
-        run_imagination(
+        # writes ranking.json (+ the scatter PNG with --compare-sim)
+        output_dir = Path(cfg.output_dir or default)
+        result = rank_policies(
             paths,
             cfg.imagination,
             cfg.sim,
             cfg.episodes,
             cfg.seed,
-            Path(cfg.output_dir or default),
+            output_dir,
             cfg.device,
             compare_sim=cfg.compare_sim,
         )
+        print_ranking(result, output_dir)
         return
     summary, output_dir = evaluate(cfg)
     lo, hi = summary["success_ci95"]

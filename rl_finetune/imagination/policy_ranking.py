@@ -277,25 +277,9 @@ def _short_names(paths: list[str]) -> list[str]:
     return names
 
 
-def run_imagination(
-    paths: list[str],
-    im_cfg: ImaginationEvalConfig,
-    sim_cfg: SimEvalConfig,
-    episodes: int,
-    seed: int,
-    output_dir: Path,
-    device: str = "cpu",
-    compare_sim: bool = False,
-) -> dict:
-    """Evaluate one policy (`paths` of one) or rank several in imagination (`rank_policies`), from
-    `episodes` starts of seeds `seed`.. under `sim_cfg`'s task; with `compare_sim` also in the simulator
-    from the same starts. What `evaluate_policy.py --backend imagination` and `--rank` run. Prints the
-    table, writes `<output_dir>/ranking.json` and, with `compare_sim`, the scatter plot
-    `<output_dir>/imagined_vs_sim.png`.
-    """
-    result = rank_policies(
-        paths, im_cfg, sim_cfg, episodes, seed, output_dir, device, compare_sim=compare_sim
-    )
+def print_ranking(result: dict, output_dir: Path) -> None:
+    """Print what `rank_policies` returned: its table and, where the simulator was compared, the ranking
+    figures (what `evaluate_policy.py --backend imagination` and `--rank` show)."""
     print(format_table(result["rows"]))
     if "ranking" in result:
         r = result["ranking"]
@@ -305,7 +289,6 @@ def run_imagination(
             f"sim {result['sim_seconds']:.0f} s)"
         )
     print(f"wrote {output_dir}")
-    return result
 
 
 def format_table(rows: list[dict]) -> str:
