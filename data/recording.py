@@ -86,6 +86,7 @@ class EpisodeWriter:
         episodes: int,
         config: dict | None = None,
         image_writer_threads: int = 0,
+        environment_state_names: Sequence[str] = (),
     ):
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -93,12 +94,16 @@ class EpisodeWriter:
         if self.root.exists():
             raise FileExistsError(f"recording root {self.root} exists; each recording needs a new directory")
         self.expected_episodes, self.config = episodes, config
+        # Non-empty: every frame's observation carries `observation.environment_state` of this many values.
+        self.environment_state_names = tuple(environment_state_names)
         self.episodes: list[dict] = []  # the facts of every ended episode, as in meta/recording.json
         self._length, self._succeeded = 0, False
         self._dataset = LeRobotDataset.create(
             repo_id,
             fps=fps,
-            features=lerobot_features(tuple(joint_names), tuple(cameras), tuple(image_size)),
+            features=lerobot_features(
+                tuple(joint_names), tuple(cameras), tuple(image_size), self.environment_state_names
+            ),
             root=self.root,
             robot_type=robot_type,
             use_videos=False,

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from worldloop.data.features import ENVIRONMENT_STATE
 from worldloop.data.recording import (
     RECORDING_META,
     EpisodeWriter,
@@ -30,7 +31,7 @@ from worldloop.data.recording import (
     recording_part,
 )
 from worldloop.sim.experts import ExpertConfig, ScriptedExpert
-from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
+from worldloop.sim.tabletop_env import ENVIRONMENT_STATE_NAMES, TabletopEnv, TabletopEnvConfig
 
 
 @dataclass
@@ -102,7 +103,8 @@ def open_writer(
     image_writer_threads: int = 0,
 ) -> EpisodeWriter:
     """An `EpisodeWriter` at `root` for `env`'s (a `TabletopEnv`, possibly wrapped) embodiment, cameras and
-    image size; the dataset is named `repo_id`, or `local/<root's name>`."""
+    image size, recording each cube's position as `observation.environment_state`; the dataset is named
+    `repo_id`, or `local/<root's name>`."""
     base = env.unwrapped
     size = base.config.image_size
     return EpisodeWriter(
@@ -116,20 +118,28 @@ def open_writer(
         episodes=episodes,
         config=config,
         image_writer_threads=image_writer_threads,
+        environment_state_names=ENVIRONMENT_STATE_NAMES,
     )
 
 
 def record_episode(env, actor, writer: EpisodeWriter, seed: int, **facts) -> dict:
     """One episode of `actor` in `env` from `seed`, handed to `writer` frame by frame; returns its facts
-    (those of `EpisodeWriter.end_episode`, `facts` added)."""
+    (those of `EpisodeWriter.end_episode`, `facts` added). When the writer records an environment state,
+    each frame's is read from `env.unwrapped.environment_state()` at the frame's own time."""
+    with_objects = bool(writer.environment_state_names)
+
+    def observe(obs: dict) -> dict:
+        return {**obs, ENVIRONMENT_STATE: env.unwrapped.environment_state()} if with_objects else obs
+
     obs, info = env.reset(seed=seed)
+    obs = observe(obs)
     actor.reset(seed=seed)
     while True:
         action = actor.act()
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = terminated or truncated
         writer.add_frame(obs, action, reward, bool(info["success"]), done, info["task"])
-        obs = next_obs
+        obs = observe(next_obs)
         if done:
             return writer.end_episode(seed=seed, **facts)
 

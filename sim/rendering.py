@@ -55,3 +55,27 @@ def camera_names(model) -> list[str]:
     import mujoco
 
     return [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
+
+
+def project_to_pixels(model, data, camera: str, points: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Where world points [..., 3] land in `camera`'s image of height x width (the pinhole model MuJoCo
+    renders with, at the camera pose in `data`, which must be forwarded): [..., 2] as (x, y) pixel
+    coordinates, x along columns and y down rows, pixel (i, j)'s centre at (j + 0.5, i + 0.5)."""
+    import mujoco
+
+    cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+    if cam < 0:
+        raise ValueError(f"unknown camera {camera!r}; the model has {camera_names(model)}")
+    points = np.asarray(points, dtype=np.float64)
+    if points.shape[-1] != 3:
+        raise ValueError(f"points: expected [..., 3] world positions, got shape {list(points.shape)}")
+    # Camera frame: x right, y up, looking along -z (cam_xmat's columns are those axes in world frame).
+    rotation = data.cam_xmat[cam].reshape(3, 3)
+    local = (points - data.cam_xpos[cam]) @ rotation
+    depth = -local[..., 2]
+    if np.any(depth <= 0):
+        raise ValueError(f"some points lie behind camera {camera!r}; they have no pixel")
+    focal = 0.5 * height / np.tan(np.deg2rad(model.cam_fovy[cam]) / 2)
+    x = width / 2 + focal * local[..., 0] / depth
+    y = height / 2 - focal * local[..., 1] / depth
+    return np.stack([x, y], -1)

@@ -27,6 +27,9 @@ from worldloop.sim.tasks import (
     sample_task,
 )
 
+# What `TabletopEnv.environment_state` holds: each cube's centre (m, world frame), in CUBE_COLORS order.
+ENVIRONMENT_STATE_NAMES = tuple(f"cube_{c}.{axis}" for c in CUBE_COLORS for axis in "xyz")
+
 # Measured joint positions may pass the limits slightly (MuJoCo's joint limits are soft constraints).
 STATE_LIMIT_MARGIN = 0.05  # rad
 
@@ -121,6 +124,11 @@ class TabletopEnv(gym.Env):
 
     def scene_state(self) -> SceneState:
         return self.sim.scene_state()
+
+    def environment_state(self) -> np.ndarray:
+        """The objects' state now, as recorded in `observation.environment_state` (ENVIRONMENT_STATE_NAMES)."""
+        cubes = self.sim.scene_state().cubes
+        return np.concatenate([cubes[c] for c in CUBE_COLORS]).astype(np.float32)
 
     def _observation(self) -> dict:
         frames = self.sim.render() if self.sim.cameras else {}

@@ -14,7 +14,7 @@ import numpy as np
 
 from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec
 from worldloop.sim.kinematics import ArmKinematics
-from worldloop.sim.rendering import CameraRenderer
+from worldloop.sim.rendering import CameraRenderer, project_to_pixels
 from worldloop.sim.scene import CUBE_COLORS, CUBE_HALF_SIZE, TIP_SITE, ZONE_COLORS, build_model
 from worldloop.sim.tasks import Layout, SceneState
 
@@ -109,6 +109,18 @@ class TabletopSim:
         adr = self._cube_qpos[colour]
         self.data.qpos[adr : adr + 3] = xyz
         mujoco.mj_forward(self.model, self.data)
+
+    def cube_colour(self, colour: str) -> np.ndarray:
+        """The cube's RGB as the MJCF gives it, in [0, 1] (what object tracking looks for in frames)."""
+        return self.model.geom(f"cube_{colour}").rgba[:3].copy()
+
+    def project(self, camera: str, points: np.ndarray) -> np.ndarray:
+        """World points [..., 3] -> (x, y) pixels [..., 2] in `camera`'s frames at this sim's image size (see
+        `rendering.project_to_pixels`), with the camera where the current state puts it."""
+        mujoco.mj_kinematics(self.model, self.data)
+        mujoco.mj_comPos(self.model, self.data)
+        mujoco.mj_camlight(self.model, self.data)
+        return project_to_pixels(self.model, self.data, camera, points, self.image_size, self.image_size)
 
     def render(self) -> dict[str, np.ndarray]:
         if self._renderer is None:

@@ -1,0 +1,72 @@
+"""Object tracking on rendered sim frames: found where the simulator put the cube, not found when hidden."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from worldloop.sim.scene import CUBE_COLORS, CUBE_HALF_SIZE
+from worldloop.sim.tabletop_sim import TabletopSim
+from worldloop.sim.tasks import TaskInstance, sample_layout
+from worldloop.world_model.object_tracking import ColourTracker
+
+
+@pytest.fixture(scope="module")
+def sim():
+    s = TabletopSim(cameras=("front",), image_size=64)
+    yield s
+    s.close()
+
+
+def _frame(sim: TabletopSim) -> torch.Tensor:
+    return torch.from_numpy(sim.render()["front"]).permute(2, 0, 1).float() / 255
+
+
+def test_every_cube_is_found_within_a_pixel_of_its_projected_centre(sim):
+    rng = np.random.default_rng(0)
+    errors = []
+    for _ in range(6):
+        sim.reset(sample_layout(TaskInstance("push", "red", "green"), rng), sim.home)
+        frame = _frame(sim)
+        for colour in CUBE_COLORS:
+            xy, visible = ColourTracker(tuple(sim.cube_colour(colour))).locate(frame)
+            assert bool(visible), colour
+            errors.append(np.linalg.norm(xy.numpy() - sim.project("front", sim.scene_state().cubes[colour])))
+    assert max(errors) < 1.0
+    # a batch of frames gives the same positions as one at a time
+    batch = torch.stack([frame, frame.flip(-1)])
+    xy, visible = ColourTracker(tuple(sim.cube_colour("red"))).locate(batch)
+    assert visible.tolist() == [True, True]
+    assert abs(float(xy[1, 0]) - (64 - float(xy[0, 0]))) < 1e-4  # mirrored column, same row
+
+
+def test_a_cube_hidden_behind_the_arm_is_not_visible(sim):
+    sim.reset(sample_layout(TaskInstance("push", "red", "green"), np.random.default_rng(1)), sim.home)
+    tracker = ColourTracker(tuple(sim.cube_colour("red")))
+    # Behind the arm's column as the front camera sees it: the line from the camera through the base.
+    camera_xy = np.array([0.45, -0.5])  # the front camera's position in tabletop.xml
+    behind = -camera_xy / np.linalg.norm(camera_xy) * 0.1
+    hidden = np.array([*behind, CUBE_HALF_SIZE])
+    sim.set_cube_position("red", hidden)
+    x, y = sim.project("front", hidden)
+    assert 0 < x < 64 and 0 < y < 64  # in view: hidden by the arm, not out of frame
+    xy, visible = tracker.locate(_frame(sim))
+    assert not bool(visible) and torch.isnan(xy).all()
+    # the same cube beside the column is seen again
+    beside = np.array([behind[0] + 0.12, behind[1] + 0.12, CUBE_HALF_SIZE])
+    sim.set_cube_position("red", beside)
+    xy, visible = tracker.locate(_frame(sim))
+    assert bool(visible) and np.linalg.norm(xy.numpy() - sim.project("front", beside)) < 1.0
+
+
+def test_grey_and_other_colours_do_not_match():
+    frame = torch.full((3, 16, 16), 0.5)  # grey table
+    frame[:, 2:6, 2:6] = torch.tensor([0.95, 0.55, 0.1]).view(3, 1, 1)  # the orange finger
+    frame[:, 10:14, 10:14] = torch.tensor([0.6, 0.06, 0.06]).view(3, 1, 1)  # a shaded red face
+    xy, visible = ColourTracker((0.9, 0.1, 0.1)).locate(frame)
+    assert bool(visible) and xy.tolist() == [12.0, 12.0]
+    _, visible = ColourTracker((0.1, 0.3, 0.95)).locate(frame)
+    assert not bool(visible)
+    with pytest.raises(ValueError, match="colour"):
+        ColourTracker((0.0, 0.0, 0.0)).locate(frame)
