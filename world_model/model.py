@@ -97,6 +97,16 @@ class WorldModelConfig:
     # never shows the model its own errors, so in a rollout they pile up frame after frame; with its own
     # estimates as context it learns to repair them. Costs one extra forward pass per step.
     self_forcing: float = 0.0
+    # Self-rollout (`self_rollout_frames` = k > 0): the last k frames of every training window are also drawn
+    # by the model itself, one after another from the real frames before them, as a rollout draws them
+    # (the rollout sampler from fresh noise, its own frames as context, the KV-cache path), and their error
+    # against the real frames (MSE of the encoded frames) is added with weight `self_rollout_weight`. The last
+    # `self_rollout_grad_frames` of the k carry gradient, through the sampler and through being context of
+    # the frames after them; the earlier ones are drawn without (time and memory stay bounded). Teacher
+    # forcing never sees a rollout drift; this loss does, and backpropagates through it.
+    self_rollout_frames: int = 0
+    self_rollout_grad_frames: int = 1
+    self_rollout_weight: float = 1.0
     action_dropout: float = 0.0  # > 0 trains the unconditional model for classifier-free guidance
     head_loss_weight: float = 0.1
     idm_loss_weight: float = 1.0
@@ -128,6 +138,16 @@ class WorldModelConfig:
             raise ValueError(f"noise_floor={self.noise_floor} must lie in [0, 1)")
         if not 0 <= self.self_forcing <= 1:
             raise ValueError(f"self_forcing={self.self_forcing} must lie in [0, 1]")
+        if self.self_rollout_frames < 0 or self.self_rollout_weight < 0:
+            raise ValueError(
+                f"self_rollout_frames={self.self_rollout_frames} and self_rollout_weight="
+                f"{self.self_rollout_weight} must be >= 0"
+            )
+        if self.self_rollout_frames and not 1 <= self.self_rollout_grad_frames <= self.self_rollout_frames:
+            raise ValueError(
+                f"self_rollout_grad_frames={self.self_rollout_grad_frames} must lie in "
+                f"[1, self_rollout_frames={self.self_rollout_frames}]"
+            )
         if not 0 <= self.action_dropout < 1:
             raise ValueError(f"action_dropout={self.action_dropout} must lie in [0, 1)")
 
@@ -326,7 +346,7 @@ class WorldModel(nn.Module):
         noised) earlier frames, the same view it has in a KV-cache rollout.
         Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
         compute_conditioners, compute_model_output, diffusion_loss (through wrap_model_output),
-        outcome_heads_loss (with outcomes), idm_loss.
+        outcome_heads_loss (with outcomes), self_rollout_loss (with self_rollout_frames), idm_loss.
         """
         cfg = self.cfg
         pixels, x, a = self.encode_window(frames, actions)
@@ -342,6 +362,10 @@ class WorldModel(nn.Module):
             head_loss = self.outcome_heads_loss(pixels, outcomes, state, task, first_frame)
             loss = loss + cfg.head_loss_weight * head_loss
             logs["loss/heads"] = head_loss.item()
+        if cfg.self_rollout_frames > 0:
+            rollout_loss = self.self_rollout_loss(x, a)
+            loss = loss + cfg.self_rollout_weight * rollout_loss
+            logs["loss/self_rollout"] = rollout_loss.item()
         idm_loss = self.idm_loss(pixels, a, state)
         logs["loss/idm"] = idm_loss.item()
         loss = loss + cfg.idm_loss_weight * idm_loss
@@ -404,6 +428,38 @@ class WorldModel(nn.Module):
             pick = (torch.rand(b, device=x.device) < cfg.self_forcing).view(b, *[1] * (x.dim() - 1))
             clean = torch.cat([clean[:, :1], torch.where(pick, own, clean[:, 1:])], 1)
         return replace(window, clean=clean)
+
+    def self_rollout(self, x: torch.Tensor, a: torch.Tensor) -> list[torch.Tensor]:
+        """The model's own rollout of a window's last `self_rollout_frames` frames: from the real frames
+        before them (x [B, T, ...] encoded) under the window's normalised actions a [B, T, A], as `rollout`
+        draws frames (the model's sampler, noise from the global RNG). Returns the k drawn frames, each
+        [B, 1, ...] (encoded): the last `self_rollout_grad_frames` are built with gradient, the others without."""
+        cfg = self.cfg
+        k = cfg.self_rollout_frames
+        c = x.shape[1] - k
+        if c < 1:
+            raise ValueError(
+                f"self_rollout_frames={k} needs training windows of more than {k} frames, got {x.shape[1]}"
+            )
+        with torch.no_grad():
+            context = self.context_from_encoded(x[:, :c], a[:, : c - 1])
+        frames = []
+        for j in range(k):
+            with torch.set_grad_enabled(j >= k - cfg.self_rollout_grad_frames):
+                a_norm = a[:, c - 1 + j : c + j]
+                feats = self.action_features(a_norm, context.previous_action)
+                x0 = self.denoise_next_frame(context, feats, cfg.sampler, None)
+                if j < k - 1:  # the last frame is no one's context
+                    context = self.append_to_context(context, x0, feats, a_norm, None)
+            frames.append(x0)
+        return frames
+
+    def self_rollout_loss(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """MSE of the self-rollout's frames that carry gradient against the real ones (x [B, T, ...] encoded,
+        a [B, T, A] normalised)."""
+        frames = self.self_rollout(x, a)
+        m = self.cfg.self_rollout_grad_frames
+        return F.mse_loss(torch.cat(frames[-m:], 1), x[:, x.shape[1] - m :])
 
     def compute_conditioners(
         self,
@@ -616,19 +672,24 @@ class WorldModel(nn.Module):
         between them [B, C-1, A] in dataset units -> the rollout's starting point: frames encoded, noised as
         context (`noise_as_context`) and run through the DiT once (into a KV cache with `use_cache`, else
         kept as the history every denoising step re-runs)."""
-        b, c = ctx.shape[:2]
-        dev = ctx.device
         x = self.codec.encode(self.frames_in(ctx))
+        return self.context_from_encoded(x, self.normalize_action(context_actions), generator, use_cache)
+
+    def context_from_encoded(
+        self,
+        x: torch.Tensor,
+        context_actions: torch.Tensor,
+        generator: torch.Generator | None = None,
+        use_cache: bool = True,
+    ) -> RolloutContext:
+        """`encode_context` from frames already encoded (x [B, C, V, C', h, w]) and normalised actions
+        [B, C-1, A]."""
+        b, c = x.shape[:2]
+        dev = x.device
         a_ctx = self.lead_action_features(
-            torch.cat(
-                [
-                    self.normalize_action(context_actions),
-                    torch.zeros(b, 1, self.cfg.dit.action_dim, device=dev),
-                ],
-                1,
-            )
+            torch.cat([context_actions, torch.zeros(b, 1, self.cfg.dit.action_dim, device=dev)], 1)
         )
-        previous = self.normalize_action(context_actions[:, -1:]) if c > 1 else None
+        previous = context_actions[:, -1:] if c > 1 else None
         valid = torch.ones(b, c, dtype=torch.bool, device=dev)
         valid[:, 0] = False
         clean = self.noise_as_context(x, generator)
@@ -686,7 +747,7 @@ class WorldModel(nn.Module):
             return cond, self.next_frame_x0(x_t, t, context, a, ~yes)
 
         noise = torch.randn(context.last.shape, generator=generator, device=a.device)
-        return self.clamp_pixels(sample(denoise, noise, sampler))
+        return self.clamp_pixels(sample(denoise, noise, sampler, generator))
 
     def next_frame_x0(
         self, x_t: torch.Tensor, t: float, context: RolloutContext, a: torch.Tensor, valid: torch.Tensor
