@@ -8,10 +8,19 @@ Measures, with the real actions unless said otherwise:
 - action sensitivity: SSIM at horizon 10 with real vs shuffled actions;
 - action-following error: IDM(generated frames) vs commanded actions, next to IDM(real frames);
 - reward / success heads against the real labels;
+- where the dataset records the cubes' positions (`observation.environment_state`, sim recordings): the
+  instructed cube in the drawn frames, located by its colour (world_model/object_tracking.py), against
+  the simulator's position projected into the camera: error in pixels per horizon step, and drawn vs true
+  displacement over the horizon on windows where the cube moves at least `min_move_px`;
+- post-training signal: `group_size` rollouts per start state with different noise, the spread (std) of
+  their clip-fidelity rewards (rl_finetune/wm_posttrain/rollout_stability.py), averaged over start states;
 - sampler steps 1, 2, 4, 8, 16, 50: SSIM at horizon 10 and imagined frames/s at batch 1 and 16;
 - KV-cache rollout vs recompute-everything at horizon 30 (wall-clock ratio);
 - training samples/s on 1 and 2 CPU processes (`accelerate launch`, a few steps, from the loop's own log).
-Prints tables and writes benchmarks/results/world_model_fidelity.json.
+Prints tables and writes benchmarks/results/<name>.json, issue 24's targets under `targets_issue24`.
+
+    python benchmarks/world_model_fidelity.py --model_path=outputs/world_model/push/pretrained_model \
+        --dataset.root=outputs/data/push_wm --eval.max_windows=64 --name=world_model_fidelity_push
 """
 
 from __future__ import annotations
@@ -33,8 +42,14 @@ from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
+from worldloop.data.features import ENVIRONMENT_STATE  # noqa: E402
+from worldloop.rl_finetune.wm_posttrain.rollout_stability import (  # noqa: E402
+    FidelityRewardConfig,
+    clip_fidelity_reward,
+)
 from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, ssim  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402
+from worldloop.world_model.object_tracking import object_fidelity  # noqa: E402
 from worldloop.world_model.trainer import EvalConfig, held_out_windows  # noqa: E402
 
 
@@ -53,6 +68,10 @@ class FidelityBenchmarkConfig:
     train_config: str = "configs/world_model/tiny.yaml"
     train_steps: int = 12  # 0 skips the training-throughput measurement
     threads: int = 0  # torch threads for this process; 0 -> torch's default
+    sampler_method: str = ""  # "" -> the model's own (euler | heun | renoise)
+    min_move_px: float = 4.0  # windows whose cube moves this far over the horizon score displacement
+    group_size: int = 4  # rollouts per start state for the clip-reward spread; 0 skips it
+    group_windows: int = 16  # start states for the clip-reward spread
     seed: int = 0
     name: str = "world_model_fidelity"  # benchmarks/results/<name>.json
 
@@ -122,11 +141,83 @@ def training_throughput(cfg: FidelityBenchmarkConfig, processes: int) -> float:
         return acc.Scalars("train/samples_per_s")[-1].value
 
 
+def object_truth(
+    dataset: EpisodeDataset, windows: HeldOutWindows, context: int, camera: str
+) -> tuple[torch.Tensor, torch.Tensor, list] | None:
+    """Where the instructed cube truly is in each window's frames: its pixel position [N, H, 2] at every
+    horizon step and [N, 2] in the last context frame (the sim's recorded position projected into `camera`),
+    and its colour per window; None when the dataset has no `observation.environment_state`."""
+    if ENVIRONMENT_STATE not in dataset.meta.features or windows.rows is None:
+        return None
+    from worldloop.sim.scene import CUBE_COLORS
+    from worldloop.sim.tabletop_env import ENVIRONMENT_STATE_NAMES
+    from worldloop.sim.tabletop_sim import TabletopSim
+
+    names = list(dataset.meta.features[ENVIRONMENT_STATE]["names"] or [])
+    if names != list(ENVIRONMENT_STATE_NAMES):
+        raise ValueError(
+            f"{dataset.root}: {ENVIRONMENT_STATE} holds {names}; the tabletop sim records {ENVIRONMENT_STATE_NAMES}"
+        )
+    state = torch.from_numpy(dataset.numeric_columns([ENVIRONMENT_STATE])[ENVIRONMENT_STATE]).float()
+    total = windows.frames.shape[1]
+    frames = state[windows.rows[:, None] + torch.arange(context - 1, total)]  # [N, H + 1, 9]
+    cubes = []
+    for task in windows.task:
+        found = [c for c in CUBE_COLORS if f"the {c} cube" in task]
+        if len(found) != 1:
+            raise ValueError(f"task {task!r} names no single cube of {CUBE_COLORS}: no object to track")
+        cubes.append(found[0])
+    index = torch.tensor([CUBE_COLORS.index(c) for c in cubes])
+    xyz = frames.view(len(cubes), total - context + 1, len(CUBE_COLORS), 3)[
+        torch.arange(len(cubes)), :, index
+    ]
+    sim = TabletopSim(cameras=(), image_size=windows.frames.shape[-1])
+    try:
+        pixels = torch.from_numpy(sim.project(camera, xyz.double().numpy())).float()
+        colours = [tuple(float(v) for v in sim.cube_colour(c)) for c in cubes]
+    finally:
+        sim.close()
+    return pixels[:, 1:], pixels[:, 0], colours
+
+
+def clip_reward_spread(model: WorldModel, windows: HeldOutWindows, context: int, steps: int, cfg) -> dict:
+    """`cfg.group_size` rollouts of each of the first `cfg.group_windows` windows with different noise: the
+    std of their clip-fidelity rewards per start state, averaged (what a post-training group sees)."""
+    w = subset(windows, cfg.group_windows)
+    real = w.frames[:, context:].float()
+    rewards = torch.stack(
+        [
+            clip_fidelity_reward(
+                imagine(model, w, context, steps=steps, seed=cfg.seed + 1 + k)[0],
+                real,
+                FidelityRewardConfig(),
+            )[0]
+            for k in range(cfg.group_size)
+        ],
+        1,
+    )
+    return {
+        "group_size": cfg.group_size,
+        "start_states": len(w),
+        "clip_reward_mean": float(rewards.mean()),
+        "clip_reward_group_std": float(rewards.std(1).mean()),
+    }
+
+
 def main() -> None:
     cfg = parse_cli(FidelityBenchmarkConfig)
+    figures = run_benchmark(cfg)
+    print(f"wrote {write_result(cfg.name, figures)}")
+
+
+def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
+    """Every measurement of the module docstring; prints the tables and returns the figures."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model = WorldModel.from_pretrained(cfg.model_path)
+    if cfg.sampler_method:
+        model.cfg.sampler.method = cfg.sampler_method
+        model.cfg.sampler.validate()
     cfg.dataset.root = cfg.dataset.root or "outputs/data/tabletop"
     cfg.dataset.cameras = list(model.cfg.cameras)
     dataset = EpisodeDataset(cfg.dataset)
@@ -137,7 +228,12 @@ def main() -> None:
             f"no held-out episode of {dataset.root} has {cfg.eval.context + cfg.eval.horizon} frames"
         )
     ctx, steps = cfg.eval.context, cfg.steps or model.cfg.sampler.steps
-    figures: dict = {"model_path": cfg.model_path, "windows": len(windows), "sampler_steps": steps}
+    figures: dict = {
+        "model_path": cfg.model_path,
+        "windows": len(windows),
+        "sampler_steps": steps,
+        "sampler_method": model.cfg.sampler.method,
+    }
 
     t0 = time.perf_counter()
     imagined = imagine(model, windows, ctx, steps=steps, seed=cfg.seed)
@@ -149,6 +245,14 @@ def main() -> None:
     )
     figures["curves"] = curves
     figures["fidelity_seconds"] = time.perf_counter() - t0
+    truth = object_truth(dataset, windows, ctx, cfg.dataset.cameras[0])
+    if truth is not None:
+        first_view = (slice(None), slice(None), 0) if real.dim() == 6 else (...,)  # the tracked camera
+        figures["objects"] = object_fidelity(
+            imagined[0][first_view], real[first_view], *truth, min_move=cfg.min_move_px
+        )
+    if cfg.group_size:
+        figures["clip_reward_spread"] = clip_reward_spread(model, windows, ctx, steps, cfg)
     horizon = len(curves["psnr"])
     rows = [
         {
@@ -225,7 +329,41 @@ def main() -> None:
 
     figures["targets"] = targets
     print_table([{"target": k, "value": v} for k, v in targets.items()], "targets")
-    print(f"wrote {write_result(cfg.name, figures)}")
+    figures["targets_issue24"] = issue24_targets(curves, figures, horizon)
+    print_table(
+        [{"target": k, "value": v} for k, v in figures["targets_issue24"].items()], "issue 24 targets"
+    )
+    return figures
+
+
+def issue24_targets(curves: dict, figures: dict, horizon: int) -> dict:
+    """Issue 24's targets (push), each figure next to whether it is met (None: not measured here)."""
+    h10, last = min(10, horizon) - 1, horizon - 1
+    every = range(horizon)
+    out: dict = {
+        "ssim_above_copy_last_every_h": all(curves["ssim"][h] > curves["ssim_copy_last"][h] for h in every),
+        "psnr_above_copy_last_every_h": all(curves["psnr"][h] > curves["psnr_copy_last"][h] for h in every),
+        "shuffled_actions_ssim_drop_h10": curves["ssim"][h10] - curves["ssim_shuffled_actions"][h10],
+        "idm_error_ratio_h30": curves["idm_error_generated"][last] / curves["idm_error_real"][last],
+    }
+    out["shuffled_drop_at_least_0.05"] = out["shuffled_actions_ssim_drop_h10"] >= 0.05
+    out["idm_ratio_at_most_1.5"] = out["idm_error_ratio_h30"] <= 1.5
+    objects = figures.get("objects")
+    if objects is not None:
+        out["cube_error_px_h10"] = objects["position_error"][h10]
+        out["cube_error_px_h30"] = objects["position_error"][last]
+        out["cube_found_rate_h30"] = objects["found_rate"][last]
+        out["cube_displacement_r"] = objects["displacement_r"]
+        out["cube_moving_windows"] = objects["moving_windows"]
+        # A cube the model does not draw has no error to average: a lost cube fails the position target.
+        out["cube_error_at_most_2px_h10"] = out["cube_error_px_h10"] <= 2 and objects["found_rate"][h10] > 0.9
+        out["cube_error_at_most_4px_h30"] = out["cube_error_px_h30"] <= 4 and out["cube_found_rate_h30"] > 0.9
+        out["displacement_r_at_least_0.9"] = out["cube_displacement_r"] >= 0.9
+    spread = figures.get("clip_reward_spread")
+    if spread is not None:
+        out["clip_reward_group_std"] = spread["clip_reward_group_std"]
+        out["group_std_at_least_0.01"] = spread["clip_reward_group_std"] >= 0.01
+    return out
 
 
 if __name__ == "__main__":

@@ -58,7 +58,8 @@ def masked_psnr(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) ->
 class HeldOutWindows:
     """Real windows to score against: frames [N, C+H, (V,) 3, H, W] in [0, 1], actions [N, C+H, A],
     reward / success [N, C+H] (the labels of the transition out of each frame), joint states [N, C+H, S]
-    and instructions (N), which the outcome heads read."""
+    and instructions (N), which the outcome heads read; rows [N]: the dataset row (absolute frame index) of
+    each window's first frame, to look up what else the dataset holds about the window's frames."""
 
     frames: torch.Tensor
     actions: torch.Tensor
@@ -66,6 +67,7 @@ class HeldOutWindows:
     success: torch.Tensor
     state: torch.Tensor | None = None
     task: list[str] | None = None
+    rows: torch.Tensor | None = None
 
     def select(self, rows: slice, frames: slice = slice(None)) -> HeldOutWindows:
         return HeldOutWindows(
@@ -75,6 +77,7 @@ class HeldOutWindows:
             self.success[rows, frames],
             None if self.state is None else self.state[rows, frames],
             None if self.task is None else self.task[rows],
+            None if self.rows is None else self.rows[rows] + range(self.frames.shape[1])[frames].start,
         )
 
     def __len__(self) -> int:

@@ -64,3 +64,70 @@ class ColourTracker:
         visible = count >= self.min_pixels
         xy = torch.stack([x, y], -1)
         return torch.where(visible.unsqueeze(-1), xy, torch.full_like(xy, float("nan"))), visible
+
+
+def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a - a.mean(), b - b.mean()
+    denom = (a.pow(2).sum() * b.pow(2).sum()).sqrt()
+    return float((a * b).sum() / denom) if denom > 0 else float("nan")
+
+
+def object_fidelity(
+    drawn: torch.Tensor,
+    real: torch.Tensor,
+    truth: torch.Tensor,
+    start: torch.Tensor,
+    colours: list[tuple[float, float, float]],
+    min_move: float = 4.0,
+) -> dict:
+    """How well drawn frames place an object, against the truth.
+
+    drawn, real: [N, H, 3, h, w] in [0, 1] (a rollout and the real future of N windows); truth [N, H, 2]:
+    the object's true pixel position at each step (e.g. the simulator's, projected); start [N, 2]: its true
+    position in the last context frame; colours: each window's object colour (RGB in [0, 1]).
+    A step counts where the object is visible in the real frame (not hidden by the arm).
+    Returns, per horizon step (lists by h - 1): `position_error` (mean px distance of the drawn object's
+    centroid to the truth where it is drawn; NaN if nowhere), `found_rate` (share of those steps where the
+    drawn frame shows the object at all) and `real_error` (the tracker on real frames, its own floor); and at
+    the last step, on windows whose object truly moved at least `min_move` px from `start`:
+    `displacement_r` (Pearson r of drawn vs true displacement, x and y pooled, where the drawn object is
+    found) and `moving_windows` (how many moved; `moving_found`: of those, drawn somewhere)."""
+    n, horizon = drawn.shape[:2]
+    if real.shape != drawn.shape or tuple(truth.shape) != (n, horizon, 2) or tuple(start.shape) != (n, 2):
+        raise ValueError(
+            f"object_fidelity: drawn {list(drawn.shape)}, real {list(real.shape)}, truth "
+            f"{list(truth.shape)}, start {list(start.shape)} do not describe the same N windows x H steps"
+        )
+    if len(colours) != n:
+        raise ValueError(f"object_fidelity: {len(colours)} colours for {n} windows")
+    drawn_xy = torch.full((n, horizon, 2), float("nan"))
+    real_xy = torch.full((n, horizon, 2), float("nan"))
+    for colour in sorted(set(map(tuple, colours))):
+        rows = torch.tensor([tuple(c) == colour for c in colours])
+        tracker = ColourTracker(colour)
+        drawn_xy[rows] = tracker.locate(drawn[rows])[0].cpu()
+        real_xy[rows] = tracker.locate(real[rows])[0].cpu()
+    seen = ~torch.isnan(real_xy[..., 0])  # [N, H]: the object shows in the real frame
+    found = seen & ~torch.isnan(drawn_xy[..., 0])
+    error = (drawn_xy - truth).norm(dim=-1)
+    real_error = (real_xy - truth).norm(dim=-1)
+
+    def per_step(values: torch.Tensor, where: torch.Tensor) -> list[float]:
+        return [
+            float(values[where[:, h], h].mean()) if where[:, h].any() else float("nan")
+            for h in range(horizon)
+        ]
+
+    true_move = truth[:, -1] - start
+    moving = seen[:, -1] & (true_move.norm(dim=-1) >= min_move)
+    pair = moving & found[:, -1]
+    drawn_move = drawn_xy[:, -1] - start
+    r = _pearson(drawn_move[pair].flatten(), true_move[pair].flatten()) if pair.sum() >= 3 else float("nan")
+    return {
+        "position_error": per_step(error, found),
+        "found_rate": [float(found[:, h].sum() / seen[:, h].sum().clamp_min(1)) for h in range(horizon)],
+        "real_error": per_step(real_error, seen),
+        "displacement_r": r,
+        "moving_windows": int(moving.sum()),
+        "moving_found": int(pair.sum()),
+    }

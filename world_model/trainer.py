@@ -105,6 +105,7 @@ def held_out_windows(dataset: EpisodeDataset, episodes: list[int], cfg: EvalConf
         success=torch.stack([it["success"] for it in items]),
         state=torch.stack([it["state"] for it in items]),
         task=[it["task"] for it in items],
+        rows=torch.tensor([windows.starts[int(i)][1] for i in pick]),
     )
 
 

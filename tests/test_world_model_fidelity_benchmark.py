@@ -1,0 +1,72 @@
+"""benchmarks/world_model_fidelity.py end to end on a tiny model and a tiny push recording."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks.world_model_fidelity import FidelityBenchmarkConfig, run_benchmark
+from worldloop.data.dataset import DatasetConfig
+from worldloop.sim.recording import RecordingConfig, record_demos
+from worldloop.world_model.dit import VideoDiTConfig
+from worldloop.world_model.idm import InverseDynamicsConfig
+from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.trainer import EvalConfig
+
+SIZE = 32
+
+
+@pytest.fixture(scope="module")
+def push_and_model(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fidelity")
+    root = tmp / "push"
+    record_demos(
+        RecordingConfig(
+            root=str(root),
+            task="push",
+            episodes=4,
+            image_size=SIZE,
+            cameras=["front"],
+            max_steps=12,
+            terminate_on_success=False,
+            image_writer_threads=0,
+        )
+    )
+    dit = VideoDiTConfig(image_size=SIZE, patch_size=8, width=32, depth=1, heads=2, context_frames=2)
+    model = WorldModel(WorldModelConfig(dit=dit, idm=InverseDynamicsConfig(channels=8)))
+    model.save_pretrained(tmp / "model")
+    return root, tmp / "model"
+
+
+def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model):
+    root, model = push_and_model
+    horizon = 6
+    figures = run_benchmark(
+        FidelityBenchmarkConfig(
+            model_path=str(model),
+            dataset=DatasetConfig(root=str(root), held_out_fraction=0.5),
+            eval=EvalConfig(context=2, horizon=horizon, max_windows=4, stride=2),
+            sweep_steps=[2],
+            sweep_windows=2,
+            speed_batches=[1],
+            speed_frames=2,
+            cache_horizon=3,
+            cache_batch=2,
+            train_steps=0,
+            group_size=2,
+            group_windows=2,
+        )
+    )
+    assert figures["windows"] == 4 and len(figures["curves"]["ssim"]) == horizon
+    objects = figures["objects"]
+    # the tracker on the real frames agrees with the sim's projected position (where the cube shows)
+    seen = [e for e in objects["real_error"] if not math.isnan(e)]
+    assert seen and max(seen) < 1.5
+    assert all(0 <= r <= 1 for r in objects["found_rate"])
+    targets = figures["targets_issue24"]
+    for key in ("ssim_above_copy_last_every_h", "idm_ratio_at_most_1.5", "cube_error_at_most_4px_h30"):
+        assert isinstance(targets[key], bool)
+    assert targets["clip_reward_group_std"] >= 0 and figures["clip_reward_spread"]["group_size"] == 2
+    assert targets["cube_error_px_h30"] == objects["position_error"][horizon - 1]
+    assert targets["cube_moving_windows"] == objects["moving_windows"] >= objects["moving_found"]
