@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import worldloop.sim.recording as recording
-from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, image_key
+from worldloop.data.features import ACTION, DONE, ENVIRONMENT_STATE, REWARD, STATE, SUCCESS, image_key
 from worldloop.data.recording import RECORDING_META, EpisodeWriter, recording_part
 from worldloop.sim.recording import RecordingConfig, record_demos
-from worldloop.sim.tabletop_env import TabletopEnv
+from worldloop.sim.tabletop_env import ENVIRONMENT_STATE_NAMES, TabletopEnv
 
 TINY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "record" / "tiny.yaml"
 
@@ -56,6 +56,24 @@ def test_round_trip_through_lerobot_dataset(tmp_path):
     meta = json.loads((tmp_path / "demos" / RECORDING_META).read_text())
     assert meta["complete"] and [e["seed"] for e in meta["episodes"]] == [0, 1]
     assert all(e["length"] == 6 for e in meta["episodes"])
+
+
+def test_each_frame_records_where_the_cubes_were_at_that_frame(tmp_path):
+    cfg = _config(tmp_path, task="push", episodes=1, cameras=["front"], max_steps=30, skill=1.0)
+    record_demos(cfg)
+    ds = _read(cfg)
+    assert ds.features[ENVIRONMENT_STATE]["names"] == list(ENVIRONMENT_STATE_NAMES)
+    recorded = np.stack([ds[i][ENVIRONMENT_STATE].numpy() for i in range(ds.num_frames)])
+    # replay the episode: the recorded state of frame t is the sim's before action t
+    env = TabletopEnv(task="push", cameras=())
+    env.reset(seed=cfg.seed)
+    replayed = [env.environment_state()]
+    for i in range(ds.num_frames - 1):
+        env.step(ds[i][ACTION].numpy())
+        replayed.append(env.environment_state())
+    env.close()
+    np.testing.assert_allclose(recorded, np.stack(replayed), atol=1e-5)
+    assert np.abs(recorded[-1] - recorded[0]).max() > 0.005  # the expert moved a cube
 
 
 def test_existing_root_is_an_error_unless_overwrite(tmp_path):
