@@ -1,0 +1,81 @@
+"""benchmarks/kernels.py in its smoke mode (small shapes, the PyTorch paths): it runs on a CPU, records what it
+measured, skips the GPU-only rows with a reason, and writes its JSON where it is told (never over the
+committed GPU result)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.kernels import moving_squares
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _smoke(tmp_path: Path, sections: str) -> dict:
+    out = tmp_path / "kernels_smoke.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/kernels.py", "--smoke=true", f"--sections={sections}", f"--out={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["benchmark"] == "kernels" and "--smoke=true" in record["command"]
+    return record["figures"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU smoke mode; a GPU runs the full benchmark")
+def test_smoke_measures_the_torch_paths_and_skips_the_gpu_rows(tmp_path):
+    figures = _smoke(tmp_path, "[attention,decode,elementwise,imagine]")
+    assert figures["mode"] == "smoke" and figures["device"] == "cpu" and figures["torch"] == torch.__version__
+    assert {"attention", "decode", "adaln", "latent"} <= set(figures["shapes"])
+    for section in ("attention", "decode"):
+        by_method = {r["method"]: r for r in figures[section]}
+        assert by_method["sdpa_dense_mask"]["fwd_ms"] > 0 and by_method["flex_eager"]["fwd_ms"] > 0
+        assert by_method["ours_triton"]["fwd_ms"] is None
+        assert by_method["ours_triton"]["error"].startswith("skipped: needs CUDA")
+    assert all(r["fwd_bwd_ms"] > 0 for r in figures["attention"] if r["method"] != "ours_triton")
+    eager = [r for r in figures["elementwise"] if r["method"] == "eager"]
+    assert len(eager) == 3 and all(r["fwd_ms"] > 0 for r in eager)
+    assert {(r["backend"], r["batch"]) for r in figures["imagine"]} == {
+        ("auto", 1),
+        ("auto", 2),
+        ("sdpa", 1),
+        ("sdpa", 2),
+    }
+    assert all(r["frames_per_s"] > 0 for r in figures["imagine"])
+    assert figures["speedups"] == []  # nothing of ours ran: no ratio is made up
+    assert [t["met"] for t in figures["targets"]][:3] == [None, None, None]
+    assert "train" not in figures
+
+
+@pytest.mark.slow
+def test_smoke_trains_through_the_shared_loop(tmp_path):
+    figures = _smoke(tmp_path, "[train,train_run]")
+    rows = {r["backend"]: r for r in figures["train"]}
+    assert rows["sdpa"]["steps_per_s"] > 0 and rows["flex"]["steps_per_s"] > 0
+    assert rows["triton"]["error"].startswith("skipped")
+    (run,) = figures["train_run"]
+    assert run["steps"] == 3 and run["exported"] == ["config.yaml", "model.safetensors", "stats.json"]
+    assert run["diffusion_loss_first_tenth"] > 0
+
+
+def test_generated_squares_move_with_the_actions():
+    data = moving_squares(n=3, window=4, num_views=2, size=32, action_dim=4, seed=0)
+    frames, actions = data["frames"], data["actions"]
+    assert frames.shape == (3, 4, 2, 3, 32, 32) and frames.dtype == torch.uint8 and actions.shape == (3, 4, 4)
+    lit = frames[:, :, 0, 0] > 0  # view 0, one channel: where the square is
+    rows = torch.arange(32.0)
+    centre_y = (lit.any(-1).float() * rows).sum(-1) / lit.any(-1).sum(-1)
+    moved = centre_y[:, 1:] - centre_y[:, :-1]
+    # the square moves along the first action component (where it is off the border and the step is > 1 px)
+    free = (centre_y[:, 1:] > 5) & (centre_y[:, 1:] < 26) & (actions[:, :-1, 0].abs() > 0.5)
+    assert free.any()
+    assert (torch.sign(moved[free]) == torch.sign(actions[:, :-1, 0][free])).all()
+    assert torch.equal(frames[:, :, 1], frames[:, :, 0].flip(-1))  # view 1 mirrors view 0
