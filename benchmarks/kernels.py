@@ -579,7 +579,7 @@ def _shapes(cfg, train_cfg: TrainWorldModelConfig, device):
     head_dim, heads, fl = dit.width // dit.heads, dit.heads, dit.frame_len
     batch = cfg.train_batch or train_cfg.train.batch_size
     tf_frames, window = 2 * train_cfg.window - 1, dit.context_frames + 1
-    name = Path(cfg.model_config).name
+    name = "smoke model" if cfg.smoke else Path(cfg.model_config).name
     if cfg.smoke:
         attention = [
             ("block-causal 4x16", "block_causal", 1, 2, 4, 16, 16, None),

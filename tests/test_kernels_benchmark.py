@@ -3,6 +3,7 @@ measured, skips the GPU-only rows with a reason, and writes its JSON where it is
 committed GPU result)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,20 @@ def test_generated_squares_move_with_the_actions():
     assert free.any()
     assert (torch.sign(moved[free]) == torch.sign(actions[:, :-1, 0][free])).all()
     assert torch.equal(frames[:, :, 1], frames[:, :, 0].flip(-1))  # view 1 mirrors view 0
+
+
+@pytest.mark.slow
+def test_gpu_session_script_runs_its_stages_at_small_shapes(tmp_path):
+    """benchmarks/gpu_session.sh as a GPU session runs it, with SMOKE=1 on this machine: the GPU tests are
+    collected (and skip without CUDA), the training run writes its JSON; an unknown stage fails."""
+    env = {**os.environ, "SMOKE": "1", "OUT": str(tmp_path), "PYTHON": sys.executable}
+    script = ["bash", "benchmarks/gpu_session.sh"]
+    proc = subprocess.run(
+        [*script, "tests", "train"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "skipped" in (tmp_path / "pytest_gpu.log").read_text()
+    (run,) = json.loads((tmp_path / "kernels_train_run.json").read_text())["figures"]["train_run"]
+    assert run["steps"] == 3
+    bad = subprocess.run([*script, "bogus"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "unknown stage 'bogus'" in bad.stdout
