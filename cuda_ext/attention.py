@@ -26,6 +26,9 @@ import torch.nn.functional as F
 from worldloop.cuda_ext.backend import resolve_backend, unsupported_dtype
 
 FLEX_BLOCK_SIZE = 128  # FlexAttention's default tile: the block mask is built at this granularity
+FLEX_RECOMPILE_LIMIT = (
+    64  # compiled FlexAttention graphs kept (one per shape; see flex_block_causal_attention)
+)
 
 
 def _clean_frames(k_len: int, frame_len: int, teacher_forced: bool) -> int | None:
@@ -209,7 +212,11 @@ def flex_block_causal_attention(
         return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
     for t in (q, k, v):
         torch._dynamo.maybe_mark_dynamic(t, 0)
-    return _compiled_flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
+    # One compiled graph per sequence shape (and grad mode, dtype): dynamo's default limit of 8 per function
+    # is soon reached by a training run plus a benchmark, and past it dynamo would silently run FlexAttention
+    # eagerly (dense scores); a higher limit, and an error rather than that fallback.
+    with torch._dynamo.config.patch(recompile_limit=FLEX_RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+        return _compiled_flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
 
 
 def block_causal_attention(

@@ -95,8 +95,10 @@ def test_denoise_step(backend, dtype):
     _close(out, ref, dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("implementation", ["flex", "triton"])
+# FlexAttention compiles per shape and dtype (seconds each): bf16 only, the training precision.
+@pytest.mark.parametrize(
+    "implementation, dtype", [("flex", torch.bfloat16), ("triton", torch.float16), ("triton", torch.bfloat16)]
+)
 @pytest.mark.parametrize(
     "length, frame_len, window, teacher_forced",
     [
