@@ -374,41 +374,55 @@ def _train_step(model, optimizer, data: dict, precision: torch.dtype | None) -> 
     return loss
 
 
-def bench_train(cfg, device, train_cfg: TrainWorldModelConfig) -> list[dict]:
-    """Optimiser steps/s and peak memory of the config's model in its mixed precision, per attention backend."""
-    batch = cfg.train_batch or train_cfg.train.batch_size
+def _time_training(cfg, device, train_cfg, backend: str, batch: int, precision) -> dict:
+    """Steps/s, samples/s and peak memory of `cfg.train_steps` optimiser steps (after up to 3 warm-up steps
+    that compile the kernels and allocate the optimiser state) on a generated batch."""
     dit = train_cfg.model.dit
     data = moving_squares(batch, train_cfg.window, dit.num_views, dit.image_size, dit.action_dim, seed=1)
     data = {k: v.to(device) for k, v in data.items()}
+    _reset_memory(device)
+    model = _world_model(train_cfg, backend, device)
+    step = partial(_train_step, model, torch.optim.AdamW(model.parameters(), lr=1e-4), data, precision)
+    for _ in range(max(1, min(cfg.warmup, 3))):
+        step()
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(cfg.train_steps):
+        loss = step()
+    _sync(device)
+    seconds = (time.perf_counter() - start) / cfg.train_steps
+    return {"steps_per_s": 1 / seconds, "samples_per_s": batch / seconds, "peak_mb": _peak_mb(device),
+            "loss": loss.item(), "error": None}  # fmt: skip
+
+
+def bench_train(cfg, device, train_cfg: TrainWorldModelConfig) -> list[dict]:
+    """Optimiser steps/s and peak memory of the config's model in its mixed precision, per attention backend.
+    A batch that does not fit is recorded as such, then halved until one fits."""
     precision = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train_cfg.train.mixed_precision)
     rows = []
     for backend, why_not in _backends(device).items():
-        row = {"backend": backend, "batch": batch, "window": train_cfg.window, "precision": str(precision)}
-        if why_not:
-            rows.append({**row, "steps_per_s": None, "peak_mb": None, "error": f"skipped: {why_not}"})
-            continue
-        _reset_memory(device)
-        try:
-            model = _world_model(train_cfg, backend, device)
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-            step = partial(_train_step, model, optimizer, data, precision)
-            for _ in range(max(1, min(cfg.warmup, 3))):  # compiles the kernels, allocates the optimiser state
-                step()
-            _sync(device)
-            start = time.perf_counter()
-            for _ in range(cfg.train_steps):
-                loss = step()
-            _sync(device)
-            seconds = (time.perf_counter() - start) / cfg.train_steps
-            row.update(steps_per_s=1 / seconds, peak_mb=_peak_mb(device), loss=loss.item(), error=None)
-        except torch.cuda.OutOfMemoryError:
-            row.update(steps_per_s=None, peak_mb=None, error="out of memory")
-        except Exception as err:
-            row.update(steps_per_s=None, peak_mb=None, error=f"{type(err).__name__}: {str(err)[:300]}")
-        rows.append(row)
-        model = optimizer = None
-    _reset_memory(device)
+        batch = cfg.train_batch or train_cfg.train.batch_size
+        while batch >= 1:
+            row = {
+                "backend": backend,
+                "batch": batch,
+                "window": train_cfg.window,
+                "precision": str(precision),
+            }
+            if why_not:
+                rows.append({**row, "steps_per_s": None, "peak_mb": None, "error": f"skipped: {why_not}"})
+                break
+            try:
+                row.update(_time_training(cfg, device, train_cfg, backend, batch, precision))
+            except torch.cuda.OutOfMemoryError:
+                row.update(steps_per_s=None, peak_mb=None, error="out of memory")
+            except Exception as err:
+                row.update(steps_per_s=None, peak_mb=None, error=f"{type(err).__name__}: {str(err)[:300]}")
+            rows.append(row)
+            _reset_memory(device)
+            if row["error"] != "out of memory":
+                break
+            batch //= 2
     return rows
 
 
@@ -485,21 +499,33 @@ def train_run(cfg, device, train_cfg: TrainWorldModelConfig) -> dict:
         losses.append(logs["loss/diffusion"])
         return loss, logs
 
-    _reset_memory(device)
-    model = _world_model(train_cfg, dit.attention_backend, device)
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as out:
-        run_training(model, windows, loss_fn, loop, out, lambda m, path: m.save_pretrained(path))
-        saved = sorted(p.name for p in (Path(out) / "pretrained_model").iterdir())
+    out_of_memory_at = []
+    while True:
+        _reset_memory(device)
+        model = _world_model(train_cfg, dit.attention_backend, device)
+        start = time.perf_counter()
+        try:
+            with tempfile.TemporaryDirectory() as out:
+                run_training(model, windows, loss_fn, loop, out, lambda m, path: m.save_pretrained(path))
+                saved = sorted(p.name for p in (Path(out) / "pretrained_model").iterdir())
+            break
+        except torch.cuda.OutOfMemoryError:
+            if loop.batch_size == 1:
+                raise
+            out_of_memory_at.append(loop.batch_size)  # recorded, then the run starts over at half the batch
+            loop.batch_size //= 2
+            losses.clear()
+            model = None
     seconds = time.perf_counter() - start
     tenth = max(1, len(losses) // 10)
     return {
         "steps": loop.steps,
         "batch": loop.batch_size,
+        "out_of_memory_at_batch": out_of_memory_at,
         "attention_backend": dit.attention_backend,
         "precision": loop.mixed_precision,
         "wall_s": seconds,
-        "steps_per_s": loop.steps / seconds,
+        "steps_per_s_wall": loop.steps / seconds,  # start to end: compiling and the checkpoint included
         "peak_mb": _peak_mb(device),
         "diffusion_loss_first_tenth": sum(losses[:tenth]) / tenth,
         "diffusion_loss_last_tenth": sum(losses[-tenth:]) / tenth,

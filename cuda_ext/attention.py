@@ -26,9 +26,8 @@ import torch.nn.functional as F
 from worldloop.cuda_ext.backend import resolve_backend, unsupported_dtype
 
 FLEX_BLOCK_SIZE = 128  # FlexAttention's default tile: the block mask is built at this granularity
-FLEX_RECOMPILE_LIMIT = (
-    64  # compiled FlexAttention graphs kept (one per shape; see flex_block_causal_attention)
-)
+# Compiled FlexAttention graphs kept, one per shape (see flex_block_causal_attention).
+FLEX_RECOMPILE_LIMIT = 64
 
 
 def _clean_frames(k_len: int, frame_len: int, teacher_forced: bool) -> int | None:
@@ -106,9 +105,8 @@ def frame_block_mask(
     frames = -(-k_len // frame_len)
     index = torch.arange(frames, device=device)
     rule = _frame_rule(index[:, None], index[None, :], clean, window).to(torch.int32)
-    prefix = torch.nn.functional.pad(
-        rule.cumsum(0).cumsum(1), (1, 0, 1, 0)
-    )  # prefix[i, j] = rule[:i, :j].sum()
+    # prefix[i, j] = rule[:i, :j].sum()
+    prefix = F.pad(rule.cumsum(0).cumsum(1), (1, 0, 1, 0))
 
     def spans(length: int, shift: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """First and last frame of each tile, and whether it reaches past `length`."""
