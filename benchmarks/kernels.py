@@ -407,7 +407,7 @@ def bench_train(cfg, device, train_cfg: TrainWorldModelConfig) -> list[dict]:
                 "backend": backend,
                 "batch": batch,
                 "window": train_cfg.window,
-                "precision": str(precision),
+                "precision": str(precision or torch.float32),
             }
             if why_not:
                 rows.append({**row, "steps_per_s": None, "peak_mb": None, "error": f"skipped: {why_not}"})
