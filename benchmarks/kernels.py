@@ -536,22 +536,26 @@ def train_run(cfg, device, train_cfg: TrainWorldModelConfig) -> dict:
 # ---- ratios, targets, main ----------------------------------------------------------------------------
 
 
+def _what(row: dict) -> tuple[str, str]:
+    """(section or op, shape): rows comparable with each other."""
+    return row.get("section", row.get("op")), row["shape"]
+
+
 def speedups(attention: list[dict], elementwise: list[dict]) -> list[dict]:
-    """Ours vs each baseline on the same shape, the number each target reads."""
+    """Ours vs each baseline on the same shape (base time / our time), per timing column: what the targets read."""
     rows = []
-    for section_rows, key in ((attention, "shape"), (elementwise, "shape")):
-        by = {(r.get("section", r.get("op")), r[key], r["method"]): r for r in section_rows}
-        for (section, shape, method), row in by.items():
-            if not method.startswith("ours"):
-                continue
-            for (s2, sh2, base_method), base in by.items():
-                if (s2, sh2) != (section, shape) or base_method.startswith("ours"):
-                    continue
+    for section_rows in (attention, elementwise):
+        for ours in (r for r in section_rows if r["method"].startswith("ours")):
+            bases = (
+                r for r in section_rows if not r["method"].startswith("ours") and _what(r) == _what(ours)
+            )
+            for base in bases:
                 for column in ("fwd_ms", "fwd_bwd_ms"):
-                    ratio = _ratio(base.get(column), row.get(column))
+                    ratio = _ratio(base.get(column), ours.get(column))
                     if ratio is not None:
+                        what, shape = _what(ours)
                         rows.append(
-                            {"what": section, "shape": shape, "ours": method, "vs": base_method,
+                            {"what": what, "shape": shape, "ours": ours["method"], "vs": base["method"],
                              "timing": column, "speedup": ratio}
                         )  # fmt: skip
     return rows

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.kernels import moving_squares
+from benchmarks.kernels import moving_squares, speedups, target_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,3 +97,40 @@ def test_gpu_session_script_runs_its_stages_at_small_shapes(tmp_path):
     assert run["steps"] == 3
     bad = subprocess.run([*script, "bogus"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "unknown stage 'bogus'" in bad.stdout
+
+
+def _row(section, shape, method, fwd, fwd_bwd=None):
+    return {"section": section, "shape": shape, "method": method, "fwd_ms": fwd, "fwd_bwd_ms": fwd_bwd}
+
+
+def test_speedups_and_targets_read_the_right_rows():
+    """The GPU run's verdicts come from these two functions: ratios within one shape, the worst shape per target."""
+    attention = [
+        _row("attention", "a", "sdpa_dense_mask", 10.0, 40.0),
+        _row("attention", "a", "flex_block_mask", 3.0, 12.0),
+        _row("attention", "a", "ours_triton", 2.0, 8.0),  # 1.5x Flex fwd+bwd
+        _row("attention", "b", "flex_block_mask", 3.0, 12.0),
+        _row("attention", "b", "ours_triton", 2.0, 10.0),  # 1.2x: the worst shape decides
+        _row("decode", "d", "sdpa_dense_mask", 3.0),
+        _row("decode", "d", "ours_triton", 1.0),
+    ]
+    elementwise = [
+        {"op": "adaln", "shape": "x", "method": "eager", "fwd_ms": 4.0, "fwd_bwd_ms": None},
+        {"op": "adaln", "shape": "x", "method": "ours_triton", "fwd_ms": 1.0, "fwd_bwd_ms": None},
+        {"op": "adaln", "shape": "y", "method": "ours_triton", "fwd_ms": None, "fwd_bwd_ms": None},  # failed
+    ]
+    ratios = speedups(attention, elementwise)
+    got = {(r["what"], r["shape"], r["vs"], r["timing"]): r["speedup"] for r in ratios}
+    assert got[("attention", "a", "flex_block_mask", "fwd_bwd_ms")] == pytest.approx(1.5)
+    assert got[("attention", "a", "sdpa_dense_mask", "fwd_ms")] == pytest.approx(5.0)
+    assert got[("decode", "d", "sdpa_dense_mask", "fwd_ms")] == pytest.approx(3.0)
+    assert got[("adaln", "x", "eager", "fwd_ms")] == pytest.approx(4.0)
+    assert not any(r["shape"] == "y" for r in ratios)  # no figure, no ratio
+    imagine = [
+        {"backend": "auto", "batch": 1, "frames_per_s": 42.0},
+        {"backend": "sdpa", "batch": 1, "frames_per_s": 90.0},
+    ]
+    targets = {t["target"]: t for t in target_checks(ratios, imagine)}
+    assert [t["met"] for t in targets.values()] == [False, True, True, False]
+    assert targets["attention fwd+bwd: ours vs FlexAttention"]["measured (worst shape)"] == pytest.approx(1.2)
+    assert targets["imagined frames/s at batch 1"]["measured (worst shape)"] == 42.0
