@@ -18,6 +18,7 @@ import numpy as np
 from worldloop.common.checkpoint import save_json
 from worldloop.common.config import ConfigError
 from worldloop.common.embodiment import TABLETOP_ARM, embodiment_by_name
+from worldloop.common.run_record import print_table
 from worldloop.rl_finetune.imagination.evaluation import (
     ImaginationEvalConfig,
     evaluate_in_imagination,
@@ -280,7 +281,7 @@ def _short_names(paths: list[str]) -> list[str]:
 def print_ranking(result: dict, output_dir: Path) -> None:
     """Print what `rank_policies` returned: its table and, where the simulator was compared, the ranking
     figures (what `evaluate_policy.py --backend imagination` and `--rank` show)."""
-    print(format_table(result["rows"]))
+    print_table(result["rows"])
     if "ranking" in result:
         r = result["ranking"]
         print(
@@ -289,12 +290,3 @@ def print_ranking(result: dict, output_dir: Path) -> None:
             f"sim {result['sim_seconds']:.0f} s)"
         )
     print(f"wrote {output_dir}")
-
-
-def format_table(rows: list[dict]) -> str:
-    cols = list(rows[0])
-    cells = [[f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)
