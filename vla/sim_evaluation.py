@@ -13,9 +13,6 @@ import torch
 
 from worldloop.data.features import STATE, TASK, image_key
 from worldloop.vla.episode_runner import run_episodes, success_summary
-from worldloop.vla.episode_runner import (
-    wilson_interval as wilson_interval,  # imported from here by other modules
-)
 from worldloop.vla.policy import Policy
 
 

@@ -22,9 +22,9 @@ from tqdm import tqdm
 
 from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.common.rng import torch_seeded
+from worldloop.common.stats import wilson_interval
 from worldloop.data.features import image_key
 from worldloop.vla.policy import Policy
-from worldloop.vla.sim_evaluation import wilson_interval
 from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
 
 

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from worldloop.common.stats import bootstrap_ci
+
 
 def _pair(proxy: Sequence[float], reference: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(proxy, dtype=np.float64), np.asarray(reference, dtype=np.float64)
@@ -92,4 +94,33 @@ def ranking_report(proxy: Sequence[float], reference: Sequence[float]) -> dict[s
         "mmrv": mmrv(x, y),
         "max_abs_gap": float(np.abs(x - y).max()),
         "mean_abs_gap": float(np.abs(x - y).mean()),
+    }
+
+
+def ranking_cis(
+    proxy_outcomes: Sequence[Sequence[float]],
+    reference_outcomes: Sequence[Sequence[float]],
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """Pearson, Spearman and MMRV of the per-policy means, each with a 95% percentile-bootstrap interval.
+
+    proxy_outcomes / reference_outcomes: per policy, its episodes' outcomes (success 0/1, or a score such as
+    max coverage) in imagination and in the reference. Each resample redraws every policy's episodes on both
+    sides independently, so the intervals carry the episode noise of both evaluations (see
+    `common.stats.bootstrap_ci`, whose dicts this returns per metric).
+    """
+    if len(proxy_outcomes) != len(reference_outcomes):
+        raise ValueError(
+            f"ranking_cis: {len(proxy_outcomes)} policies in imagination but {len(reference_outcomes)} in the reference"
+        )
+    n = len(proxy_outcomes)
+    groups = [*proxy_outcomes, *reference_outcomes]
+
+    def metric(fn):
+        return lambda gs: fn([g.mean() for g in gs[:n]], [g.mean() for g in gs[n:]])
+
+    return {
+        name: bootstrap_ci(metric(fn), groups, n_boot=n_boot, seed=seed)
+        for name, fn in (("pearson", pearson), ("spearman", spearman), ("mmrv", mmrv))
     }
