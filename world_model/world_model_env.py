@@ -32,6 +32,8 @@ from worldloop.data.dataset import EpisodeDataset
 from worldloop.data.features import STATE, TASK, image_key
 from worldloop.world_model.model import WorldModel
 
+OBSERVE_MODES = ("drawn", "first_frame")
+
 
 @dataclass
 class WorldModelEnvConfig:
@@ -42,8 +44,14 @@ class WorldModelEnvConfig:
     # heads.success_threshold.
     success_threshold: float = 0.0
     terminate_on_success: bool = True  # an env that succeeded stops earning reward (as the sim's envs)
+    # What the policy sees: "drawn" (the frames the world model draws) or "first_frame" (the start frame,
+    # held for the whole episode). The world model draws, and the judge reads, the drawn frames either way:
+    # "first_frame" is the ablation that measures what the drawn video adds to the policy's decisions.
+    observe: str = "drawn"
 
     def validate(self) -> None:
+        if self.observe not in OBSERVE_MODES:
+            raise ValueError(f"WorldModelEnvConfig.observe={self.observe!r}: expected one of {OBSERVE_MODES}")
         if self.horizon < 1:
             raise ValueError(f"WorldModelEnvConfig.horizon={self.horizon} must be >= 1")
         if self.sampler_steps < 0:
@@ -156,6 +164,8 @@ class WorldModelEnv:
             raise ValueError(f"initial task: expected {b} instructions, got {len(initial.task)}")
         # The real frame the episode starts from, for outcome heads that read it (heads.use_first_frame).
         self._first = frames[:, 0]
+        # The start frame the policy keeps seeing with observe="first_frame".
+        self._held = frames[:, -1]
         # The DiT attends to `context_frames` earlier frames: older ones (and their actions) are dropped.
         self._frames = frames[:, -self.context_frames :]
         kept = self._frames.shape[1]
@@ -169,7 +179,7 @@ class WorldModelEnv:
         return self._observation()
 
     def _observation(self) -> dict:
-        last = self._frames[:, -1]
+        last = self._held if self.config.observe == "first_frame" else self._frames[:, -1]
         obs = {image_key(cam): last[:, v] for v, cam in enumerate(self.cameras)}
         obs[STATE] = self._state.clone()
         obs[TASK] = list(self._task)
@@ -255,6 +265,21 @@ class WorldModelEnv:
             "active": active,
         }
         return self._observation(), reward, terminated, truncated, info
+
+    def judge(self) -> dict:
+        """What decides success and progress here, for every result to name: the outcome heads' inputs and
+        the threshold. kind "kinematic" when the heads read the real first frame (with the integrated joint
+        states): the drawn frames then do not decide the verdict. kind "drawn_frames" when they read only
+        the frames the world model draws (and the joint state)."""
+        heads = self.world_model.cfg.heads
+        return {
+            "kind": "kinematic" if heads.use_first_frame else "drawn_frames",
+            "reads_drawn_frame": heads.use_frame,
+            "reads_first_frame": heads.use_first_frame,
+            "reads_state": heads.use_state,
+            "success_threshold": float(self.success_threshold),
+            "observe": self.config.observe,
+        }
 
     @torch.no_grad()
     def success_prob(self, info: dict, task: list[str]) -> torch.Tensor:
