@@ -39,6 +39,7 @@ def test_imagination_eval_is_seeded_and_summarised(tmp_path):
     )
     b, _ = evaluate_in_imagination(policy, env, starts, seed=3, batch_envs=2, progress_bar=False)
     assert a["per_episode"] == b["per_episode"]
+    assert a["judge"] == env.judge() and a["judge"]["kind"] == "drawn_frames"
     assert a["episodes"] == 5 and a["successes"] == sum(r["success"] for r in a["per_episode"])
     lo, hi = a["success_ci95"]
     assert 0 <= lo <= a["success_rate"] <= hi <= 1

@@ -42,12 +42,16 @@ class ImaginationEvalConfig:
     # whose first `episodes` episodes give the first frames (no simulator: --compare-sim is not possible).
     starts_dataset: str = ""
     starts_resize: str = ""  # dataset frames of another size than the world model's: crop | stretch
+    # What the policy sees: drawn (the imagined frames) | first_frame (the start frame held: the ablation
+    # that measures what the drawn video adds). The judge reads the drawn frames either way.
+    observe: str = "drawn"
 
     def env_config(self, sim_max_steps: int) -> WorldModelEnvConfig:
         return WorldModelEnvConfig(
             horizon=self.horizon or sim_max_steps,
             sampler_steps=self.sampler_steps,
             success_threshold=self.success_threshold,
+            observe=self.observe,
         )
 
 
@@ -182,6 +186,7 @@ def evaluate_in_imagination(
     bar.close()
     summary = summarize(results, "imagination", time.perf_counter() - start_time)
     summary["imagined_env_steps"] = int(sum(r["length"] for r in results))
+    summary["judge"] = env.judge()
     if video_dir is not None:
         for i, clip in enumerate(clips):
             tag = "success" if results[i]["success"] else "failure"
