@@ -101,6 +101,9 @@ def test_rank_against_sim_from_the_same_starts(tmp_path, saved_models):
         assert 0 <= row["imagined"] <= 1 and 0 <= row["sim"] <= 1
         assert row["gap"] == pytest.approx(row["imagined"] - row["sim"])
     assert set(result["ranking"]) >= {"pearson", "spearman", "mmrv"}
+    for name, ci in result["ranking_ci95"].items():
+        assert ci["value"] == pytest.approx(result["ranking"][name], nan_ok=True) and ci["n_boot"] == 2000
+    assert result["judge"]["kind"] in ("drawn_frames", "kinematic")
     assert (tmp_path / "rank" / "imagined_vs_sim.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "rank" / "ranking.json").read_text())
     record = saved["policies"]["policy_0"]

@@ -26,7 +26,7 @@ from worldloop.rl_finetune.imagination.evaluation import (
     write_video,
 )
 from worldloop.rl_finetune.imagination.initial_states import dataset_starts, sim_starts
-from worldloop.rl_finetune.imagination.ranking import ranking_report
+from worldloop.rl_finetune.imagination.ranking import ranking_cis, ranking_report
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.sim.tabletop_env import TabletopEnv
 from worldloop.vla.factory import load_policy
@@ -238,10 +238,22 @@ def rank_policies(
         sim_eval = sim_cfg if compare_sim else None
         records[name] = evaluate_one(path, env, starts, im_cfg, seed, output_dir / name, device, sim_eval)
         rows.append(_row(name, records[name]))
-    result = {"episodes": episodes, "seed": seed, "rows": rows, "seconds": time.perf_counter() - t0}
+    result = {
+        "episodes": episodes,
+        "seed": seed,
+        "judge": env.judge(),
+        "rows": rows,
+        "seconds": time.perf_counter() - t0,
+    }
     if compare_sim and len(rows) >= 2:
         report = ranking_report([r["imagined"] for r in rows], [r["sim"] for r in rows])
         result["ranking"] = report
+        result["ranking_ci95"] = ranking_cis(
+            *(
+                [[e["success"] for e in rec[side]["per_episode"]] for rec in records.values()]
+                for side in ("imagination", "sim")
+            )
+        )
         result["imagination_seconds"] = sum(r["imagined_s"] for r in rows)
         result["sim_seconds"] = sum(r["sim_s"] for r in rows)
         plot_scatter(rows, report, output_dir / "imagined_vs_sim.png")
