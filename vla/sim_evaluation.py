@@ -55,7 +55,7 @@ def _policy_batch(observations: list[dict], tasks: list[str], cameras: tuple[str
 
 
 @dataclass
-class _TabletopEpisodes:
+class TabletopEpisodes:
     """`EpisodeAdapter` of the tabletop envs: the task comes from reset, success and progress from info."""
 
     cameras: tuple[str, ...]
@@ -100,7 +100,7 @@ def evaluate_in_sim(
         results, seconds = run_episodes(
             policy,
             envs,
-            _TabletopEpisodes(cameras, device),
+            TabletopEpisodes(cameras, device),
             episodes,
             seed,
             cfg.videos,

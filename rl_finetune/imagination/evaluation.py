@@ -25,7 +25,12 @@ from worldloop.common.rng import torch_seeded
 from worldloop.common.stats import wilson_interval
 from worldloop.data.features import image_key
 from worldloop.vla.policy import Policy
-from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
+from worldloop.world_model.world_model_env import (
+    OBSERVE_MODES,
+    InitialStates,
+    WorldModelEnv,
+    WorldModelEnvConfig,
+)
 
 
 @dataclass
@@ -43,15 +48,20 @@ class ImaginationEvalConfig:
     starts_dataset: str = ""
     starts_resize: str = ""  # dataset frames of another size than the world model's: crop | stretch
     # What the policy sees: drawn (the imagined frames) | first_frame (the start frame held: the ablation
-    # that measures what the drawn video adds). The judge reads the drawn frames either way.
+    # that measures what the drawn video adds; the judge reads the drawn frames either way) | sim (ranking
+    # only: the policy acts in the simulator and the judge reads its frames, the judge's upper bound).
     observe: str = "drawn"
 
     def env_config(self, sim_max_steps: int) -> WorldModelEnvConfig:
+        if self.observe not in (*OBSERVE_MODES, "sim"):
+            raise ValueError(
+                f"imagination.observe={self.observe!r}: expected one of {(*OBSERVE_MODES, 'sim')}"
+            )
         return WorldModelEnvConfig(
             horizon=self.horizon or sim_max_steps,
             sampler_steps=self.sampler_steps,
             success_threshold=self.success_threshold,
-            observe=self.observe,
+            observe="drawn" if self.observe == "sim" else self.observe,
         )
 
 

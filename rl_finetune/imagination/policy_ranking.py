@@ -26,6 +26,7 @@ from worldloop.rl_finetune.imagination.evaluation import (
     write_video,
 )
 from worldloop.rl_finetune.imagination.initial_states import dataset_starts, sim_starts
+from worldloop.rl_finetune.imagination.judged_sim import evaluate_judged_in_sim
 from worldloop.rl_finetune.imagination.ranking import ranking_cis, ranking_report
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.sim.tabletop_env import TabletopEnv
@@ -91,22 +92,43 @@ def evaluate_one(
     seed: int,
     output_dir: Path,
     device: str,
-    sim_cfg: SimEvalConfig | None,
+    sim_cfg: SimEvalConfig,
+    compare_sim: bool,
 ) -> dict:
-    """Imagination (and, with `sim_cfg`, simulator) evaluation of one policy from `starts`."""
+    """Imagination (and, with `compare_sim`, simulator) evaluation of one policy from `starts`.
+
+    With `im_cfg.observe == "sim"` the "imagination" side is the judge's upper bound instead: the policy acts
+    in the simulator from the same resets and the world model's judge reads the sim's frames."""
     policy = load_policy(policy_path, device)
-    with count_sim_steps() as counter:
-        imagined, clips = evaluate_in_imagination(
-            policy, env, starts, seed, im_cfg.batch_envs, output_dir, im_cfg.videos
+    if im_cfg.observe == "sim":
+        imagined = evaluate_judged_in_sim(
+            policy,
+            env.world_model,
+            env.success_threshold,
+            sim_cfg,
+            starts.batch_size,
+            seed,
+            output_dir,
+            device,
         )
-    imagined["sim_steps"] = counter.steps
+        clips = []
+    else:
+        with count_sim_steps() as counter:
+            imagined, clips = evaluate_in_imagination(
+                policy, env, starts, seed, im_cfg.batch_envs, output_dir, im_cfg.videos
+            )
+        imagined["sim_steps"] = counter.steps
+    imagined["judge"] = {**env.judge(), "observe": im_cfg.observe}
     record = {"policy": policy_path, "imagination": imagined}
-    if sim_cfg is not None:
+    if compare_sim:
         with count_sim_steps() as counter:
             simulated = evaluate_in_sim(policy, sim_cfg, starts.batch_size, seed, output_dir, device)
         simulated["sim_steps"] = counter.steps
         record["sim"] = simulated
-        imagined["success_rate_by_state"] = success_by_imagined_states(imagined["per_episode"], sim_cfg, seed)
+        if im_cfg.observe != "sim":
+            imagined["success_rate_by_state"] = success_by_imagined_states(
+                imagined["per_episode"], sim_cfg, seed
+            )
         _write_side_by_side(simulated, clips, output_dir, env.embodiment.fps)
     return record
 
@@ -235,13 +257,14 @@ def rank_policies(
     records, rows = {}, []
     t0 = time.perf_counter()
     for name, path in zip(names, policy_paths):
-        sim_eval = sim_cfg if compare_sim else None
-        records[name] = evaluate_one(path, env, starts, im_cfg, seed, output_dir / name, device, sim_eval)
+        records[name] = evaluate_one(
+            path, env, starts, im_cfg, seed, output_dir / name, device, sim_cfg, compare_sim
+        )
         rows.append(_row(name, records[name]))
     result = {
         "episodes": episodes,
         "seed": seed,
-        "judge": env.judge(),
+        "judge": {**env.judge(), "observe": im_cfg.observe},
         "rows": rows,
         "seconds": time.perf_counter() - t0,
     }
