@@ -100,24 +100,24 @@ def evaluate_one(
     With `im_cfg.observe == "sim"` the "imagination" side is the judge's upper bound instead: the policy acts
     in the simulator from the same resets and the world model's judge reads the sim's frames."""
     policy = load_policy(policy_path, device)
-    if im_cfg.observe == "sim":
-        imagined = evaluate_judged_in_sim(
-            policy,
-            env.world_model,
-            env.success_threshold,
-            sim_cfg,
-            starts.batch_size,
-            seed,
-            output_dir,
-            device,
-        )
-        clips = []
-    else:
-        with count_sim_steps() as counter:
+    with count_sim_steps() as counter:
+        if im_cfg.observe == "sim":
+            imagined = evaluate_judged_in_sim(
+                policy,
+                env.world_model,
+                env.success_threshold,
+                sim_cfg,
+                starts.batch_size,
+                seed,
+                output_dir,
+                device,
+            )
+            clips = []
+        else:
             imagined, clips = evaluate_in_imagination(
                 policy, env, starts, seed, im_cfg.batch_envs, output_dir, im_cfg.videos
             )
-        imagined["sim_steps"] = counter.steps
+    imagined["sim_steps"] = counter.steps
     imagined["judge"] = {**env.judge(), "observe": im_cfg.observe}
     record = {"policy": policy_path, "imagination": imagined}
     if compare_sim:
