@@ -178,6 +178,27 @@ class _LeRobotEpisodes:
         return np.concatenate([flat[key] for key in self.mapping], axis=1)
 
 
+def first_observations(
+    cfg: LeRobotEnvEvalConfig, seeds: list[int], cameras: tuple[str, ...]
+) -> tuple[list[dict], str]:
+    """The env's reset observation for each seed (what `evaluate_in_lerobot_env` with the same seeds starts
+    from; nothing is stepped), keyed as a dataset frame: `observation.images.<camera>` (uint8 HxWx3, fed to
+    `cameras` as `cfg.cameras` maps them) and `observation.state`; and the instruction its episodes get."""
+    spec = env_spec(cfg)
+    env = make_env(spec, cfg.max_steps)
+    try:
+        observations, mapping = [], None
+        for seed in seeds:
+            flat = _flatten(env.reset(seed=int(seed))[0])
+            mapping = mapping or camera_mapping(cfg, flat, cameras)
+            frame = {image_key(camera): flat[key] for key, camera in mapping.items()}
+            frame[STATE] = np.asarray(flat[cfg.state_key], dtype=np.float32)
+            observations.append(frame)
+    finally:
+        env.close()
+    return observations, cfg.task or spec.gym_id
+
+
 def evaluate_in_lerobot_env(
     policy: Policy,
     cfg: LeRobotEnvEvalConfig,
