@@ -55,7 +55,10 @@ def test_every_module_of_every_part_is_in_the_wheel(wheel):
     assert not missing, f"not in the wheel (list the subpackage in pyproject.toml's packages): {missing}"
     assert "worldloop/sim/assets/tabletop.xml" in names
     # The built-in robots are data the code reads by name; the other configs stay in the repository.
-    assert {"worldloop/configs/embodiment/worldloop_arm4.yaml", "worldloop/configs/embodiment/so101_follower.yaml"} <= names
+    assert {
+        "worldloop/configs/embodiment/worldloop_arm4.yaml",
+        "worldloop/configs/embodiment/so101_follower.yaml",
+    } <= names
     assert "worldloop/configs/world_model/tiny.yaml" not in names
 
 
