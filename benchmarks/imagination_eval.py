@@ -148,7 +148,7 @@ def speed_only(cfg: ImaginationEvalBenchmarkConfig) -> None:
         }
         for c in (True, False)
     ]
-    size = wm.cfg.dit.image_size
+    size = wm.cfg.frame_size
     rows.append(
         {
             "backend": "MuJoCo sim",
@@ -176,11 +176,12 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
 
     from worldloop.data.dataset import DatasetConfig, EpisodeDataset
     from worldloop.rl_finetune.imagination.ranking import auroc, ranking_report
+    from worldloop.world_model.checkpoint_inputs import dataset_config_for
     from worldloop.world_model.model import WorldModel
 
     wm = WorldModel.from_pretrained(cfg.world_model)
     env = WorldModelEnv(wm, WorldModelEnvConfig(horizon=cfg.horizon, sampler_steps=cfg.sampler_steps))
-    dataset = EpisodeDataset(DatasetConfig(root=cfg.replay_dataset, cameras=list(env.cameras)))
+    dataset = EpisodeDataset(dataset_config_for(wm.cfg, DatasetConfig(root=cfg.replay_dataset)))
     recording = json.loads(Path(cfg.replay_dataset, "meta", "recording.json").read_text())
     recorded = {e["episode_index"]: e for e in recording["episodes"]}
     train, held_out = dataset.split()  # the world model's split when it used the default split settings
@@ -280,6 +281,7 @@ def main() -> None:
             "gap": r["max_abs_gap"] <= 0.15,
         },
         "policies": result["rows"],
+        "disagreements": result["disagreements"],  # policies whose two 95% intervals do not overlap
         "success_threshold": result["success_threshold"],
         "threshold_sweep": result["threshold_sweep"],
         "episodes_per_policy": cfg.episodes,
@@ -305,6 +307,8 @@ def print_ranking_run(run: tuple, cfg: ImaginationEvalBenchmarkConfig) -> None:
         f"{len(rows)} policies x {cfg.episodes} episodes ({cfg.task}), observe={mode}, seed {seed}, vs sim"
     )
     print_table(rows, title=title)
+    for name, sentence in result["disagreements"].items():
+        print(f"DISAGREEMENT {name}: {sentence}")
     r, ci = result["ranking"], result["ranking_ci95"]
     print(
         "\n"

@@ -1,6 +1,6 @@
 """A batched, gymnasium-style imagination env over a trained world model.
 
-    env = WorldModelEnv(world_model, WorldModelEnvConfig(horizon=50), embodiment=TABLETOP_ARM)
+    env = WorldModelEnv(world_model, WorldModelEnvConfig(horizon=50))   # the model's own embodiment
     obs = env.reset(initial_states, seed=0)           # from dataset episodes or live sim frames
     obs, reward, terminated, truncated, info = env.step(action_chunk)   # [B, K, A] joint targets
 
@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec
+from worldloop.common.embodiment import EmbodimentSpec
 from worldloop.data.dataset import EpisodeDataset
 from worldloop.data.features import STATE, TASK, image_key
+from worldloop.world_model.checkpoint_inputs import embodiment_of
 from worldloop.world_model.model import WorldModel
 
 OBSERVE_MODES = ("drawn", "first_frame")
@@ -109,18 +110,22 @@ class WorldModelEnv:
         self,
         world_model: WorldModel,
         config: WorldModelEnvConfig | None = None,
-        embodiment: EmbodimentSpec = TABLETOP_ARM,
+        embodiment: EmbodimentSpec | None = None,
     ):
+        """`embodiment`: the robot whose limits the imagined state keeps; None -> the one the world model's
+        checkpoint stores (`checkpoint_inputs.embodiment_of`)."""
         self.config = config or WorldModelEnvConfig()
         self.config.validate()
         self.world_model = world_model.eval()
+        embodiment = embodiment or embodiment_of(world_model)
         self.embodiment = embodiment
         dit = world_model.cfg.dit
-        if dit.action_dim != embodiment.num_joints:
-            raise ValueError(
-                f"world model action_dim={dit.action_dim} but embodiment {embodiment.name!r} has "
-                f"{embodiment.num_joints} joints"
-            )
+        for what, dim in (("action_dim", dit.action_dim), ("state_dim", world_model.cfg.idm.state_dim)):
+            if dim != embodiment.num_joints:
+                raise ValueError(
+                    f"world model {what}={dim} but embodiment {embodiment.name!r} has "
+                    f"{embodiment.num_joints} joints"
+                )
         self.cameras = tuple(world_model.cfg.cameras)
         self.success_threshold = self.config.success_threshold or world_model.cfg.heads.success_threshold
         self.context_frames = dit.context_frames
@@ -135,7 +140,7 @@ class WorldModelEnv:
     def reset(self, initial: InitialStates, seed: int = 0) -> dict:
         """Start B episodes from `initial`; `seed` fixes every random draw of the episode."""
         b = initial.batch_size
-        size = self.world_model.cfg.dit.image_size
+        size = self.world_model.cfg.frame_size
         missing = [c for c in self.cameras if c not in initial.frames]
         if missing:
             raise KeyError(

@@ -20,7 +20,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.common.rng import torch_seeded
 from worldloop.common.stats import wilson_interval
 from worldloop.data.features import image_key
@@ -41,8 +40,9 @@ class ImaginationEvalConfig:
     success_threshold: float = 0.0  # 0 -> the world model's calibrated heads.success_threshold
     batch_envs: int = 10  # episodes imagined together
     videos: int = 4  # episodes written as mp4; 0 for none
-    # The arm the world model acts for (a name in common/embodiment.py): the imagined servo state's limits.
-    embodiment: str = TABLETOP_ARM.name
+    # The robot whose limits the imagined servo state keeps: "" -> the one the world model's checkpoint
+    # stores; a built-in name or YAML file must agree with it (or name it for an older checkpoint).
+    embodiment: str = ""
     # "" -> episodes start from simulator resets (the tabletop arm only); else a LeRobotDataset v3 directory
     # whose first `episodes` episodes give the first frames (no simulator: --compare-sim is not possible).
     starts_dataset: str = ""

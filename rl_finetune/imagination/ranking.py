@@ -124,3 +124,16 @@ def ranking_cis(
         name: bootstrap_ci(metric(fn), groups, n_boot=n_boot, seed=seed)
         for name, fn in (("pearson", pearson), ("spearman", spearman), ("mmrv", mmrv))
     }
+
+
+def disagreement(imagined: dict, reference: dict, reference_name: str = "sim") -> str | None:
+    """None when the success 95% intervals of two evaluation summaries of one policy overlap (`success_rate`
+    and `success_ci95` [lo, hi] each: imagination's, and the simulator's or env's); else a sentence with
+    both numbers, for the result JSON and the report."""
+    (i_lo, i_hi), (r_lo, r_hi) = imagined["success_ci95"], reference["success_ci95"]
+    if i_lo <= r_hi and r_lo <= i_hi:
+        return None
+    return (
+        f"imagination {imagined['success_rate']:.0%} (95% CI {i_lo:.0%}-{i_hi:.0%}) vs {reference_name} "
+        f"{reference['success_rate']:.0%} (95% CI {r_lo:.0%}-{r_hi:.0%}): the intervals do not overlap"
+    )
