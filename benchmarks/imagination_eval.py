@@ -35,6 +35,7 @@ from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.rl_finetune.imagination.evaluation import ImaginationEvalConfig  # noqa: E402
 from worldloop.rl_finetune.imagination.initial_states import sim_starts  # noqa: E402
 from worldloop.rl_finetune.imagination.policy_ranking import load_world_model_env, rank_policies  # noqa: E402
+from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig  # noqa: E402
 from worldloop.vla.sim_evaluation import SimEvalConfig  # noqa: E402
 from worldloop.world_model.world_model_env import (  # noqa: E402
     WorldModelEnv,
@@ -76,6 +77,12 @@ class ImaginationEvalBenchmarkConfig:
     observe: list[str] = field(default_factory=lambda: ["drawn"])
     # Rank once per seed (start states and sampling seeds seed..); None -> `seed` alone.
     seeds: list[int] | None = None
+    # sim: the tabletop simulator (task) | lerobot_env: a LeRobot gym env (`env`, e.g. --env.type=pusht
+    # --env.task="push the T onto the green target"), starts from its resets, ranked by `rank_by`.
+    reference: str = "sim"
+    env: LeRobotEnvEvalConfig = field(default_factory=LeRobotEnvEvalConfig)
+    rank_by: str = "max_reward"  # lerobot_env: max_reward (LeRobot's pusht metric) | success
+    starts_resize: str = ""  # lerobot_env: env frames of another size than the model's: crop | stretch
 
 
 def find_policies(zoo: Path) -> list[str]:
@@ -250,6 +257,11 @@ def main() -> None:
     policies = cfg.policies or find_policies(Path(cfg.zoo))
     if len(policies) < 2:
         raise SystemExit(f"need at least 2 policies to rank; found {policies} under {cfg.zoo}")
+    if cfg.reference == "lerobot_env":
+        against_env(cfg, policies)
+        return
+    if cfg.reference != "sim":
+        raise SystemExit(f"--reference={cfg.reference!r}: expected sim or lerobot_env")
     sim_cfg = SimEvalConfig(task=cfg.task, max_steps=cfg.horizon, batch_envs=cfg.batch_envs, videos=2)
     runs = []
     for mode in cfg.observe:
@@ -296,6 +308,45 @@ def main() -> None:
     figures["load_average_1_5_15min"] = os.getloadavg()  # the machine is shared: contention slows everything
     path = write_result(
         cfg.name or "imagination_eval", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv])
+    )
+    print(f"wrote {path}")
+
+
+def against_env(cfg: ImaginationEvalBenchmarkConfig, policies: list[str]) -> None:
+    from worldloop.rl_finetune.imagination.env_ranking import rank_against_env
+    from worldloop.rl_finetune.imagination.policy_ranking import short_names
+    from worldloop.world_model.model import WorldModel
+
+    env_cfg = cfg.env
+    env_cfg.max_steps = env_cfg.max_steps or cfg.horizon
+    wm_env = WorldModelEnv(
+        WorldModel.from_pretrained(cfg.world_model),
+        WorldModelEnvConfig(horizon=env_cfg.max_steps, sampler_steps=cfg.sampler_steps,
+                            success_threshold=cfg.success_threshold),
+    )  # fmt: skip
+    result = rank_against_env(
+        policies, short_names(policies), wm_env, env_cfg, cfg.episodes, cfg.seed, Path(cfg.output_dir),
+        cfg.rank_by, cfg.batch_envs, cfg.starts_resize,
+    )  # fmt: skip
+    print_table(
+        result["rows"],
+        title=f"{len(policies)} policies x {cfg.episodes} episodes, {cfg.rank_by}: imagination vs {result['reference']}",
+    )
+    for name, sentence in result["disagreements"].items():
+        print(f"DISAGREEMENT {name}: {sentence}")
+    r, ci = result["ranking"], result["ranking_ci95"]
+    print(
+        "  ".join(
+            f"{k} {r[k]:.3f} [{ci[k]['low']:.3f}, {ci[k]['high']:.3f}]"
+            for k in ("pearson", "spearman", "mmrv")
+        )
+    )
+    figures = {**{k: v for k, v in result.items() if k != "rows"}, "policies": result["rows"],
+               "targets": {"pearson_min": 0.9, "spearman_min": 0.85, "mmrv_max": 0.1},
+               "met": {"pearson": r["pearson"] >= 0.9, "spearman": r["spearman"] >= 0.85, "mmrv": r["mmrv"] <= 0.1},
+               "world_model": cfg.world_model, "load_average_1_5_15min": os.getloadavg()}  # fmt: skip
+    path = write_result(
+        cfg.name or "imagination_eval_env", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv])
     )
     print(f"wrote {path}")
 

@@ -177,3 +177,34 @@ def test_finetuning_evaluates_held_out_starts_in_the_lerobot_env(planar_model, t
     for ev in (before, after):
         assert 0 <= ev["sim_success"] <= 1 and "disagreement" in ev
     assert len(summary["evaluations"]) == 2
+
+
+def test_rank_against_the_lerobot_env_by_max_reward(planar_model, tmp_path, monkeypatch):
+    pytest.importorskip("gym_pusht")
+    import benchmarks._common
+    from benchmarks import imagination_eval
+    from worldloop.vla.scripted_pusher import ScriptedPusherConfig, ScriptedPusherPolicy
+
+    for skill in (0.0, 1.0):
+        ScriptedPusherPolicy(ScriptedPusherConfig(skill=skill)).save_pretrained(
+            tmp_path / "zoo" / f"pusher_{skill}"
+        )
+    monkeypatch.setattr(benchmarks._common, "RESULTS", tmp_path / "results")
+    argv = ["imagination_eval.py", f"--world_model={planar_model['wm']}", "--reference=lerobot_env",
+            "--env.type=pusht", "--env.task=push the block", "--horizon=3", "--episodes=2", "--batch_envs=2",
+            f"--policies=[{tmp_path / 'zoo' / 'pusher_0.0'},{tmp_path / 'zoo' / 'pusher_1.0'}]",
+            f"--output_dir={tmp_path / 'out'}", "--name=pusht_rank"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    imagination_eval.main()
+    figures = json.loads((tmp_path / "results" / "pusht_rank.json").read_text())["figures"]
+    assert figures["rank_by"] == "max_reward" and figures["reference"] == "lerobot_env pusht"
+    assert figures["judge"]["kind"] in ("drawn_frames", "kinematic")
+    saved = json.loads((tmp_path / "out" / "ranking.json").read_text())["policies"]
+    for name, row in zip(("pusher_0.0", "pusher_1.0"), figures["policies"]):
+        record = saved[name]
+        # Both sides ran the same seeded env starts: 2 episodes of 3 steps, scored by their max reward.
+        assert [e["seed"] for e in record["env"]["per_episode"]] == [100_000, 100_001]
+        assert row["env"] == pytest.approx(np.mean([e["max_reward"] for e in record["env"]["per_episode"]]))
+        assert row["imagined"] == pytest.approx(record["imagination"]["mean_max_reward"])
+        assert all(0 <= e["max_reward"] <= 1 for e in record["imagination"]["per_episode"])
+    assert set(figures["ranking_ci95"]) == {"pearson", "spearman", "mmrv"}

@@ -107,6 +107,7 @@ def imagine_episodes(
         clips = [[to_video_frame(first, env.cameras, i)] for i in range(min(record, b))]
         length = torch.zeros(b, dtype=torch.long)
         max_prob = torch.zeros(b)
+        max_reward = torch.zeros(b)  # the reward head, clipped to [0, 1], at its best active step
         # The imagined joint states row by row, also after a row's episode ended: the batch runs on until
         # every row has ended, and where the arm went next is what judging by the state needs (the success
         # head may end an episode before the arm gets there, or wrongly).
@@ -122,6 +123,7 @@ def imagine_episodes(
             prob = info["success_prob"].cpu()
             probs.append(prob)
             max_prob = torch.maximum(max_prob, (prob * active).max(1).values)
+            max_reward = torch.maximum(max_reward, (info["rewards"].cpu().clamp(0, 1) * active).max(1).values)
             frames = info["frames"]
             for i, clip in enumerate(clips):
                 steps = frames[env.cameras[0]].shape[1]
@@ -137,6 +139,7 @@ def imagine_episodes(
             "progress": float(env.progress[i]),
             "length": int(length[i]),
             "max_success_prob": float(max_prob[i]),
+            "max_reward": float(max_reward[i]),  # LeRobot's episode metric, from the reward head
             "joint_states": torch.stack(paths[i]).tolist(),  # [batch steps + 1, J]: where the arm went
             "success_probs": step_probs[i].tolist(),  # [batch steps]: the heads' verdict on each
         }
@@ -196,6 +199,7 @@ def evaluate_in_imagination(
     bar.close()
     summary = summarize(results, "imagination", time.perf_counter() - start_time)
     summary["imagined_env_steps"] = int(sum(r["length"] for r in results))
+    summary["mean_max_reward"] = float(np.mean([r["max_reward"] for r in results]))
     summary["judge"] = env.judge()
     if video_dir is not None:
         for i, clip in enumerate(clips):

@@ -247,7 +247,7 @@ def rank_policies(
             "compared episodes must last as long"
         )
     starts = evaluation_starts(env, im_cfg, sim_cfg, episodes, seed)
-    names = _short_names(policy_paths)
+    names = short_names(policy_paths)
     records, rows = {}, []
     t0 = time.perf_counter()
     for name, path in zip(names, policy_paths):
@@ -298,7 +298,7 @@ def threshold_sweep(records: dict, run_threshold: float) -> list[dict]:
     return sweep
 
 
-def _short_names(paths: list[str]) -> list[str]:
+def short_names(paths: list[str]) -> list[str]:
     """Readable unique names: the path parts that differ between the policies."""
     parts = [Path(p).resolve().parts for p in paths]
     names = []
