@@ -111,7 +111,8 @@ def test_imagination_runs_with_no_embodiment_flag(planar_model, tmp_path):
     episodes = record["imagination"]["per_episode"]
     assert len(episodes) == 2 and 0 <= result["rows"][0]["imagined"] <= 1
     path = np.array(episodes[0]["joint_states"])
-    assert path.shape == (4, 2)  # the start and 3 imagined steps of the 2-D state
+    # The start and up to 3 imagined steps (fewer when the success head ends the batch) of the 2-D state.
+    assert path.shape[1] == 2 and 2 <= path.shape[0] <= 4
     cfg.embodiment = "worldloop_arm4"
     with pytest.raises(
         ConfigError, match=r"--imagination.embodiment='worldloop_arm4' contradicts .*'pusht_like'"
@@ -168,14 +169,17 @@ def test_finetuning_evaluates_held_out_starts_in_the_lerobot_env(planar_model, t
         "--iterations=1", "--env.horizon=3", "--eval.every=1", "--eval.episodes=2", "--eval.batch_envs=2",
         "--eval.backend=lerobot_env", "--eval.env.type=pusht", "--eval.env.task=push the block",
         "--starts.source=dataset", f"--starts.dataset_root={planar_model['data']}", "--starts.count=2",
-        "--algorithm.group_size=2", "--algorithm.starts_per_iteration=1", "--algorithm.epochs=1",
+        "--algorithm.type=grpo", "--algorithm.group_size=2", "--algorithm.starts_per_iteration=1",
+        "--algorithm.epochs=1",
     ]  # fmt: skip
     summary = finetune(parse_cli(FinetunePolicyConfig, args))
     before, after = summary["before"], summary["after"]
     # The env ran the held-out starts (no MuJoCo): 2 episodes of 3 steps, counted as evaluation steps.
     assert summary["config"]["eval"]["env"]["max_steps"] == 3 and summary["train_sim_steps"] == 0
     for ev in (before, after):
-        assert 0 <= ev["sim_success"] <= 1 and "disagreement" in ev
+        assert (ev["reference"], ev["sim_episodes"]) == ("lerobot_env", 2)
+        assert 0 <= ev["sim_success"] <= 1 and 0 <= ev["sim_progress"] <= 1  # pusht's coverage
+        assert ev["disagreement"] is None or "vs lerobot_env" in ev["disagreement"]
     assert len(summary["evaluations"]) == 2
 
 
@@ -208,3 +212,21 @@ def test_rank_against_the_lerobot_env_by_max_reward(planar_model, tmp_path, monk
         assert row["imagined"] == pytest.approx(record["imagination"]["mean_max_reward"])
         assert all(0 <= e["max_reward"] <= 1 for e in record["imagination"]["per_episode"])
     assert set(figures["ranking_ci95"]) == {"pearson", "spearman", "mmrv"}
+
+
+def test_env_starts_are_its_seeded_resets_at_the_model_size(planar_model):
+    pytest.importorskip("gym_pusht")
+    from worldloop.rl_finetune.imagination.initial_states import lerobot_env_starts
+    from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, env_spec, make_env
+    from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
+
+    env = WorldModelEnv(WorldModel.from_pretrained(planar_model["wm"]), WorldModelEnvConfig(horizon=2))
+    cfg = LeRobotEnvEvalConfig(type="pusht", task="push the block")
+    starts = lerobot_env_starts(env, cfg, 2, seed=7)
+    assert starts.frames["top"].shape == (2, 1, 3, SIZE, SIZE) and starts.task == ["push the block"] * 2
+    pusht = make_env(env_spec(cfg), 0)
+    expected = [pusht.reset(seed=s)[0]["agent_pos"] for s in (7, 8)]
+    pusht.close()
+    assert np.allclose(starts.state.numpy(), np.stack(expected))
+    obs = env.reset(starts, seed=0)  # and imagination starts from them
+    assert obs["observation.state"].shape == (2, 2)

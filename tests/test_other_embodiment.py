@@ -109,6 +109,11 @@ def test_an_older_checkpoint_is_named_by_the_option(so101):
         ConfigError, match=r"stores no embodiment.*acts in 6 dims: pass --imagination.embodiment"
     ):
         load_world_model_env(old, SIM)
+    old.embodiment = "from_dataset"
+    with pytest.raises(
+        ConfigError, match="a dataset is read for the embodiment when the world model is trained"
+    ):
+        load_world_model_env(old, SIM)
     old.embodiment = "worldloop_arm4"
     with pytest.raises(ConfigError, match="'worldloop_arm4' has 4 joints but the world model acts in 6"):
         load_world_model_env(old, SIM)

@@ -57,6 +57,12 @@ def embodiment_of(model: WorldModel, override: str = "", option: str = "embodime
 
 
 def _load(value: str, option: str) -> EmbodimentSpec:
+    if value in ("from_dataset", "auto"):
+        raise ConfigError(
+            f"--{option}={value}: a dataset is read for the embodiment when the world model is trained (or "
+            "calibrated: train_world_model.py --init_from=<model> --calibrate_only=true, which stores it in "
+            f"an older checkpoint); here --{option} takes a built-in name or a YAML file"
+        )
     try:
         return load_embodiment(value)
     except (ValueError, FileNotFoundError) as e:

@@ -227,6 +227,8 @@ def evaluate(policy, env: WorldModelEnv, starts: InitialStates, cfg: FinetuneEva
         "sim_success_ci95": simulated["success_ci95"],
         "sim_progress": simulated["mean_progress"],
         "gap": imagined["success_rate"] - simulated["success_rate"],
+        "reference": cfg.backend,  # where the sim_* figures come from
+        "sim_episodes": simulated["episodes"],
         "disagreement": disagreement(imagined, simulated, cfg.backend),
         "sim_steps": counter.steps,
     }
