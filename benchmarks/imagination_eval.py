@@ -86,9 +86,14 @@ class ImaginationEvalBenchmarkConfig:
 
 
 def find_policies(zoo: Path) -> list[str]:
-    found = sorted(
-        {str(p.parent) for p in zoo.rglob("config.yaml") if (p.parent / "model.safetensors").is_file()}
-    )
+    import yaml
+
+    def is_policy(config: Path) -> bool:  # weights beside it, or a scripted policy that has none
+        if (config.parent / "model.safetensors").is_file():
+            return True
+        return (yaml.safe_load(config.read_text()) or {}).get("type") == "scripted_pusher"
+
+    found = sorted({str(p.parent) for p in zoo.rglob("config.yaml") if is_policy(p)})
     # a training run holds checkpoints/*/pretrained_model as well as the final pretrained_model: keep the final
     return [p for p in found if "checkpoints" not in Path(p).parts]
 

@@ -196,7 +196,7 @@ def test_rank_against_the_lerobot_env_by_max_reward(planar_model, tmp_path, monk
     monkeypatch.setattr(benchmarks._common, "RESULTS", tmp_path / "results")
     argv = ["imagination_eval.py", f"--world_model={planar_model['wm']}", "--reference=lerobot_env",
             "--env.type=pusht", "--env.task=push the block", "--horizon=3", "--episodes=2", "--batch_envs=2",
-            f"--policies=[{tmp_path / 'zoo' / 'pusher_0.0'},{tmp_path / 'zoo' / 'pusher_1.0'}]",
+            f"--zoo={tmp_path / 'zoo'}",
             f"--output_dir={tmp_path / 'out'}", "--name=pusht_rank"]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
     imagination_eval.main()
