@@ -33,6 +33,7 @@ from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
+from worldloop.world_model.checkpoint_inputs import dataset_config_for  # noqa: E402
 from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, ssim  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402
 from worldloop.world_model.trainer import EvalConfig, held_out_windows  # noqa: E402
@@ -41,7 +42,8 @@ from worldloop.world_model.trainer import EvalConfig, held_out_windows  # noqa: 
 @dataclass
 class FidelityBenchmarkConfig:
     model_path: str = "outputs/world_model/tiny/pretrained_model"
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)  # root "" -> outputs/data/tabletop
+    # root "" -> outputs/data/tabletop; cameras, image size and resize default to the checkpoint's
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     steps: int = 0  # sampler steps of the main fidelity run; 0 -> the model's own
     sweep_steps: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 50])
@@ -128,8 +130,8 @@ def main() -> None:
         torch.set_num_threads(cfg.threads)
     model = WorldModel.from_pretrained(cfg.model_path)
     cfg.dataset.root = cfg.dataset.root or "outputs/data/tabletop"
-    cfg.dataset.cameras = list(model.cfg.cameras)
-    dataset = EpisodeDataset(cfg.dataset)
+    # Cameras, frame size and resize as the checkpoint says (a contradicting --dataset.* is an error).
+    dataset = EpisodeDataset(dataset_config_for(model.cfg, cfg.dataset))
     _, held = dataset.split()
     windows = held_out_windows(dataset, held, cfg.eval)
     if windows is None:

@@ -37,7 +37,7 @@ from worldloop.sim.tabletop_env import TabletopEnv, TabletopEnvConfig
 class RecordingConfig:
     root: str = "outputs/datasets/tabletop_push"  # local dataset directory (must not exist unless overwrite)
     repo_id: str = "worldloop/tabletop_push"  # a name only; nothing is pushed to or pulled from the hub
-    task: str = "push"  # reach | push
+    task: str = "push"  # reach | push (the tabletop sim) | pusht (LeRobot's gym-pusht, sim/pusht.py)
     episodes: int = 50
     skill: float = 1.0  # expert skill for every episode (see sim/experts.py)
     # If set, each episode's skill is drawn uniformly from [low, high] instead: a mixture of good and bad
@@ -72,6 +72,17 @@ class RecordingConfig:
                     f"got {self.skill_range}"
                 )
         ExpertConfig(skill=self.skill).validate()
+        if self.task == "pusht":
+            # gym-pusht renders one camera, which the dataset names `top` (as LeRobot's pusht datasets).
+            if list(self.cameras) != ["top"]:
+                raise ValueError(
+                    f"RecordingConfig.cameras={self.cameras}: task=pusht records one camera, pass --cameras=[top]"
+                )
+            if self.policies:
+                raise ValueError(
+                    "RecordingConfig.policies: recording policies runs the tabletop sim, not task=pusht"
+                )
+            return
         self.env_config().validate()
 
     def env_config(self) -> TabletopEnvConfig:
@@ -164,6 +175,10 @@ def record_demos(cfg: RecordingConfig) -> Path:
 
 
 def _record_scripted(cfg: RecordingConfig, root: Path) -> Path:
+    if cfg.task == "pusht":
+        from worldloop.sim.pusht import record_pusht
+
+        return record_pusht(cfg, root, episode_skills(cfg))
     env = TabletopEnv(cfg.env_config())
     try:
         expert = ScriptedExpert(env)
