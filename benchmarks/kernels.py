@@ -670,9 +670,14 @@ def main() -> None:
         "decode": decode_shapes,
         "adaln": adaln_shapes,
         "latent": latent_shapes,
+        "fields": {
+            "attention": "label, layout, batch, heads, frames, frame_len, head_dim, window",
+            "decode": "label, batch, heads, cached frames, frame_len, head_dim",
+            "adaln": "batch, frames, frame_len, channels",
+            "latent": "denoised tensor",
+        },
     }
-    timings = dict(repeats=cfg.repeats, warmup=cfg.warmup)
-    figures["timings"] = timings
+    figures["timings"] = {"repeats": cfg.repeats, "warmup": cfg.warmup, "section_seconds": {}}
     sections = {
         "attention": lambda: bench_attention(cfg, device, dtype, attention_shapes),
         "decode": lambda: bench_decode(cfg, device, dtype, decode_shapes),
@@ -685,7 +690,8 @@ def main() -> None:
         if name in cfg.sections:
             start = time.perf_counter()
             figures[name] = sections[name]()
-            print_table(figures[name], title=f"\n{name} ({time.perf_counter() - start:.0f} s)")
+            seconds = figures["timings"]["section_seconds"][name] = time.perf_counter() - start
+            print_table(figures[name], title=f"\n{name} ({seconds:.0f} s)")
     ratios = speedups(
         figures.get("attention", []) + figures.get("decode", []), figures.get("elementwise", [])
     )
