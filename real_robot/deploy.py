@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from lerobot.robots import RobotConfig
 from worldloop.real_robot.fusion import FuserConfig, make_fuser
 from worldloop.real_robot.helpers import check_number, check_policy_path, load_policy
 from worldloop.real_robot.inference import PolicyRunner, ThreadedInference
-from worldloop.real_robot.policy_server import RemotePolicyClient, start_server_process
+from worldloop.real_robot.policy_server import TOKEN_ENV, RemotePolicyClient, start_server_process
 from worldloop.real_robot.recorder import EpisodeRecorder, RecordConfig
 from worldloop.real_robot.robots import EMBODIMENTS, SimRobotConfig, embodiment_for, make_robot
 from worldloop.real_robot.runtime import (
@@ -104,7 +105,8 @@ def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
                 runner = PolicyRunner(policy, spec.joint_names, instruction, use_prefix=fuser.wants_prefix)
                 chunk_size, use_prefix = int(policy.chunk_size), runner.uses_prefix
             else:
-                runner = RemotePolicyClient(server_address, instruction)
+                token = os.environ.get(TOKEN_ENV) or None  # the server's shared token, if it has one
+                runner = RemotePolicyClient(server_address, instruction, token=token)
                 chunk_size, use_prefix = runner.chunk_size, fuser.wants_prefix and runner.uses_prefix
             if cfg.record.root is not None:
                 recorder = EpisodeRecorder(
