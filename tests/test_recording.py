@@ -66,6 +66,15 @@ def test_existing_root_is_an_error_unless_overwrite(tmp_path):
     assert _read(_config(tmp_path)).num_episodes == 1
 
 
+def test_overwrite_with_the_root_included_is_an_error_and_deletes_nothing(tmp_path):
+    root = tmp_path / "demos"
+    root.mkdir()
+    (root / "keep").write_text("the included dataset")
+    with pytest.raises(ValueError, match="--overwrite=true with --include naming the root"):
+        record_demos(_config(tmp_path, overwrite=True, include=[str(tmp_path / "." / "demos")]))
+    assert (root / "keep").read_text() == "the included dataset"
+
+
 def test_interrupted_recording_leaves_a_readable_dataset(tmp_path, monkeypatch):
     calls = {"n": 0}
     act = recording.ScriptedExpert.act
