@@ -287,6 +287,10 @@ class PolicyServer:
                 raise ProtocolError(f"unknown message kind {kind!r}; expected 'hello' or 'infer'")
 
     def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in accept (close alone does not)
+        except OSError:
+            pass
         self.sock.close()
 
 
