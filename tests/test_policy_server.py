@@ -146,9 +146,7 @@ def _malformed(rng: np.random.Generator) -> tuple[str, bytes, bool]:
         np.save(buf, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
         archive = io.BytesIO()
         with zipfile.ZipFile(archive, "w") as z:
-            z.writestr(
-                "__meta__.npy", _npz({"x": _meta({"kind": "hello"})})[0:0] or _npy(_meta({"kind": "infer"}))
-            )
+            z.writestr("__meta__.npy", _npy(_meta({"kind": "infer"})))
             z.writestr("joints.npy", buf.getvalue())
         message = _framed(archive.getvalue())
     elif kind == "wrong joint keys":
@@ -221,7 +219,7 @@ def test_a_thousand_malformed_messages_drop_only_their_clients(server, caplog):
 
 def test_a_decompression_bomb_is_refused_after_reading_the_cap(server):
     bomb = _npz(
-        {"__meta__": _meta({"kind": "hello"}), "front": np.zeros(256 << 20, np.uint8)}, compressed=True
+        {"__meta__": _meta({"kind": "hello"}), "front": np.zeros(64 << 20, np.uint8)}, compressed=True
     )
     assert len(bomb) < LIMIT  # passes the size check on the wire
     with pytest.raises(ProtocolError, match="decompresses to more than the 1048576 byte limit"):
