@@ -167,13 +167,22 @@ class EpisodeWriter:
     def _make_durable(self) -> None:
         """Close the parquet files (their footers make them readable), start new ones for the next
         episode, and record what is now on disk for `repair_recording`."""
-        from lerobot.datasets.utils import load_episodes
-
         dataset = self._dataset
+        data_ref, meta_ref = dataset.latest_episode, dataset.meta.latest_episode
         dataset.finalize()
-        # lerobot's resume path: with no latest episode in memory, the next one goes to new files after
-        # those listed in meta/episodes (writing to the closed files would truncate them).
-        dataset.meta.episodes = load_episodes(self.root)
+        # lerobot's resume path: with no latest episode in memory, the next episode goes to new files after
+        # those of `meta.episodes[-1]` (writing to the closed files would truncate them). That path reads
+        # only the last entry's file indices and frame count, so they are given instead of re-reading
+        # every episode from disk (seconds per save once there are a few).
+        dataset.meta.episodes = [
+            {
+                "dataset_to_index": int(meta_ref["dataset_to_index"][0]),
+                "meta/episodes/chunk_index": int(meta_ref["meta/episodes/chunk_index"][0]),
+                "meta/episodes/file_index": int(meta_ref["meta/episodes/file_index"][0]),
+                "data/chunk_index": int(data_ref["data/chunk_index"]),
+                "data/file_index": int(data_ref["data/file_index"]),
+            }
+        ]
         dataset.latest_episode, dataset.meta.latest_episode = None, None
         files = sorted(
             str(f.relative_to(self.root))

@@ -335,7 +335,9 @@ def run_lockstep(
 def run_realtime(
     runtime: ControlRuntime, duration_s: float, stop: Callable[[], bool] | None = None, status=sys.stderr
 ) -> RunLog:
-    """Ticks at `control_hz` of wall-clock time; any exception or Ctrl-C brakes the arm to a hold first."""
+    """Ticks at `control_hz` of wall-clock time; any exception, Ctrl-C or SIGTERM stops the arm first
+    (`ControlRuntime.stop_ticks`). An interrupt takes effect between two ticks (the command stream never
+    misses a tick); a second one before that escapes a hung robot call at once."""
     cfg = runtime.cfg
     period = runtime.control_dt
     # The inference thread would otherwise hold the GIL for up to 5 ms when the control tick is due.
@@ -343,27 +345,33 @@ def run_realtime(
     sys.setswitchinterval(min(old_switch, 2e-4))
     next_status = cfg.status_every_s
     old_policy = _enter_realtime_priority(cfg.realtime_priority)
+    interrupted: list[str] = []
     try:
         runtime.start(0.0)
         deadline, last_start, tick = time.perf_counter(), None, 0
-        while tick * period < duration_s:
-            start = time.perf_counter()
-            if last_start is not None:
-                runtime.log.periods.append(start - last_start)
-            last_start = start
-            now = tick * period
-            runtime.step(now)
-            if stop is not None and stop():
-                break
-            if status is not None and cfg.status_every_s > 0 and now >= next_status:
-                status.write("\r" + runtime.status_line(now))
-                status.flush()
-                next_status += cfg.status_every_s
-            tick += 1
-            deadline = _wait_until(deadline + period, cfg.spin_s)
-            if time.perf_counter() - deadline > period:  # fell a whole period behind: do not burst
-                runtime.log.overruns += 1
-                deadline = time.perf_counter()
+        with interrupts_between_ticks(interrupted):
+            while tick * period < duration_s:
+                start = time.perf_counter()
+                if last_start is not None:
+                    runtime.log.periods.append(start - last_start)
+                last_start = start
+                now = tick * period
+                runtime.step(now)
+                if interrupted:
+                    raise KeyboardInterrupt(interrupted[0])
+                if stop is not None and stop():
+                    break
+                if status is not None and cfg.status_every_s > 0 and now >= next_status:
+                    status.write("\r" + runtime.status_line(now))
+                    status.flush()
+                    next_status += cfg.status_every_s
+                tick += 1
+                deadline = _wait_until(deadline + period, cfg.spin_s)
+                if time.perf_counter() - deadline > period:  # fell a whole period behind: do not burst
+                    runtime.log.overruns += 1
+                    deadline = time.perf_counter()
+            if interrupted:  # came during the last period
+                raise KeyboardInterrupt(interrupted[0])
     finally:
         with interrupts_deferred("the safe stop"):
             deadline = time.perf_counter()
@@ -375,6 +383,28 @@ def run_realtime(
             if status is not None and cfg.status_every_s > 0:
                 status.write("\n")
     return runtime.log
+
+
+@contextmanager
+def interrupts_between_ticks(received: list[str]) -> Iterator[None]:
+    """Within: a first Ctrl-C or SIGTERM is appended to `received` (the caller stops after the tick); a
+    second raises KeyboardInterrupt at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def note(signum, frame):
+        name = signal.Signals(signum).name
+        if received:
+            raise KeyboardInterrupt(name)
+        received.append(name)
+
+    old = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 @contextmanager
