@@ -215,3 +215,27 @@ class TrackingGuard:
             f"{command[j]:.4g} (error {error[j]:.4g} > safety.tracking_margin={self.margin:g}) for "
             f"{tick - self._since} ticks (> safety.tracking_ticks={self.ticks}): blocked or overloaded"
         )
+
+
+def limit_violations(
+    spec: EmbodimentSpec, dt: float, start, commands, limit_scale: float = 1.0, rtol: float = 1e-6
+) -> list[str]:
+    """What a stream of `commands` sent from rest at the measured `start` breaks, one line per kind
+    (empty: nothing): position limits (a joint that starts outside may only move inwards), velocity and
+    acceleration limits (scaled by `limit_scale`), with a relative tolerance `rtol` for float rounding."""
+    path = np.vstack([np.asarray(start, dtype=np.float64), np.asarray(commands, dtype=np.float64)])
+    lower, upper = spec.lower(), spec.upper()
+    problems = []
+    if not np.all(np.isfinite(path)):
+        return ["non-finite command"]
+    outside = np.maximum(np.maximum(lower - path, path - upper), 0.0)
+    if np.any(np.diff(outside, axis=0) > rtol):
+        problems.append(f"position: {np.max(np.diff(outside, axis=0)):.3g} further outside the limits")
+    velocity = np.diff(path, axis=0) / dt
+    vmax, amax = spec.max_velocity() * limit_scale, spec.max_acceleration() * limit_scale
+    if np.any(np.abs(velocity) > vmax * (1 + rtol) + rtol):
+        problems.append(f"velocity: {np.max(np.abs(velocity) / vmax):.3f}x the limit")
+    accel = np.diff(np.vstack([np.zeros(spec.num_joints), velocity]), axis=0) / dt
+    if np.any(np.abs(accel) > amax * (1 + rtol) + rtol):
+        problems.append(f"acceleration: {np.max(np.abs(accel) / amax):.3f}x the limit")
+    return problems

@@ -25,21 +25,18 @@ from worldloop.real_robot.deploy import DeployConfig, deploy
 from worldloop.real_robot.fusion import FuserConfig, make_fuser
 from worldloop.real_robot.inference import PolicyRunner, SimulatedLatencyInference
 from worldloop.real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep
-from worldloop.real_robot.safety import SafetyConfig, SafetyLimiter, SafetyStop, TrackingGuard
+from worldloop.real_robot.safety import (
+    SafetyConfig,
+    SafetyLimiter,
+    SafetyStop,
+    TrackingGuard,
+    limit_violations,
+)
 from worldloop.vla.policy import Policy
 
 SPEC = TABLETOP_ARM
 DT = 0.01
 CHILD = Path(__file__).resolve().parent / "runtime_child.py"
-
-
-def assert_within_limits(commands: np.ndarray, start: np.ndarray) -> None:
-    path = np.vstack([start, commands])
-    assert np.all(path >= SPEC.lower() - 1e-9) and np.all(path <= SPEC.upper() + 1e-9)
-    velocity = np.diff(path, axis=0) / DT
-    assert np.all(np.abs(velocity) <= SPEC.max_velocity() * (1 + 1e-6) + 1e-6)
-    accel = np.diff(np.vstack([np.zeros(len(start)), velocity]), axis=0) / DT
-    assert np.all(np.abs(accel) <= SPEC.max_acceleration() * (1 + 1e-6) + 1e-6)
 
 
 # ---- stop ----------------------------------------------------------------------------------------------
@@ -68,7 +65,7 @@ def test_a_second_interrupt_during_the_stop_does_not_cut_it_short(caplog, signum
     assert len(sent) >= 80 + 30  # the brake, then all 30 ticks of the hold
     assert np.abs(sent[-30:] - sent[-1]).max() < 1e-12  # held still with torque on...
     assert not robot.is_connected  # ...then disconnected
-    assert_within_limits(sent, np.full(SPEC.num_joints, 0.2))
+    assert limit_violations(SPEC, DT, np.full(SPEC.num_joints, 0.2), sent) == []
 
 
 def _sends(log: Path) -> np.ndarray:
@@ -120,7 +117,7 @@ def test_sigterm_stops_like_ctrl_c_and_a_ctrl_c_during_that_stop_is_held_back(tm
     sent = _sends(log)
     assert log.read_text().splitlines()[-1] == "disconnect"
     assert np.abs(sent[-100:] - sent[-1]).max() < 1e-12  # 1 s held with torque on
-    assert_within_limits(sent, np.full(SPEC.num_joints, 0.2))
+    assert limit_violations(SPEC, DT, np.full(SPEC.num_joints, 0.2), sent) == []
 
 
 # ---- tracking guard ------------------------------------------------------------------------------------
@@ -166,13 +163,17 @@ class BlockedJointRobot(FakeRobot):
         return action
 
 
-def _run_blocked(tracking_margin) -> tuple[BlockedJointRobot, ControlRuntime, Exception | None]:
-    robot = BlockedJointRobot(joint=1, blocked_from=20, freed_at=150)
+def run_blocked(
+    tracking_margin, joint=1, blocked_from=20, freed_at=150, goal=(0.0, 1.2, 0.0, 0.0)
+) -> tuple[BlockedJointRobot, ControlRuntime, Exception | None]:
+    """A lock-step run towards `goal` in which `joint` is blocked between two sends; returns the robot,
+    the runtime and the SafetyStop it ended with (None if it ran its 3 s)."""
+    robot = BlockedJointRobot(joint=joint, blocked_from=blocked_from, freed_at=freed_at)
     robot.connect()
     cfg = RuntimeConfig(stop_hold_s=0.2)
     safety_cfg = SafetyConfig(tracking_margin=tracking_margin, tracking_ticks=20)
     fuser = make_fuser(FuserConfig(name="naive"), SPEC, DT)
-    runner = PolicyRunner(GoalPolicy([0.0, 1.2, 0.0, 0.0]), SPEC.joint_names, "reach", use_prefix=False)
+    runner = PolicyRunner(GoalPolicy(list(goal)), SPEC.joint_names, "reach", use_prefix=False)
     runtime = ControlRuntime(
         RobotIO(robot, SPEC.joint_names),
         SimulatedLatencyInference(runner, lambda: 0.05),
@@ -192,14 +193,14 @@ def _run_blocked(tracking_margin) -> tuple[BlockedJointRobot, ControlRuntime, Ex
 
 def test_a_blocked_then_freed_joint_trips_the_tracking_guard_and_never_jumps(caplog):
     with caplog.at_level(logging.ERROR, logger="worldloop.real_robot.runtime"):
-        robot, runtime, stop = _run_blocked(tracking_margin=0.1)
+        robot, runtime, stop = run_blocked(tracking_margin=0.1)
     assert isinstance(stop, SafetyStop) and "shoulder_pitch measured at" in str(stop)
     assert "safety stop: tracking: shoulder_pitch" in caplog.text and runtime.log.stop_reason == str(stop)
     measured = np.array(robot.measured)
     assert len(measured) < 150  # stopped (and held where the arm was) before the joint came free
     assert np.max(np.abs(np.diff(measured, axis=0))) <= SPEC.max_velocity().max() * DT + 1e-9
 
-    unguarded, _, stop = _run_blocked(tracking_margin=None)  # the same fault without the guard
+    unguarded, _, stop = run_blocked(tracking_margin=None)  # the same fault without the guard
     jumps = np.abs(np.diff(np.array(unguarded.measured)[:, 1]))
     assert stop is None and jumps.max() > 1.0  # freed: a 1 rad jump in one tick
 

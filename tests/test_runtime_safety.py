@@ -15,7 +15,13 @@ from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.real_robot.deploy import DeployConfig
 from worldloop.real_robot.recorder import RecordConfig
 from worldloop.real_robot.runtime import RuntimeConfig
-from worldloop.real_robot.safety import SafetyConfig, SafetyLimiter, SafetyStop, TrackingGuard
+from worldloop.real_robot.safety import (
+    SafetyConfig,
+    SafetyLimiter,
+    SafetyStop,
+    TrackingGuard,
+    limit_violations,
+)
 from worldloop.real_robot.watchdog import Watchdog
 
 SPEC = TABLETOP_ARM
@@ -29,15 +35,6 @@ targets = st.one_of(
 )
 
 
-def _assert_within_limits(start: np.ndarray, commands: np.ndarray, limit_scale: float = 1.0):
-    path = np.vstack([start, commands])
-    assert np.all(path >= SPEC.lower() - 1e-12) and np.all(path <= SPEC.upper() + 1e-12)
-    velocity = np.diff(path, axis=0) / DT
-    assert np.all(np.abs(velocity) <= limit_scale * SPEC.max_velocity() * (1 + 1e-9) + 1e-9)
-    accel = np.diff(np.vstack([np.zeros(D), velocity]), axis=0) / DT
-    assert np.all(np.abs(accel) <= limit_scale * SPEC.max_acceleration() * (1 + 1e-6) + 1e-6)
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.lists(targets, min_size=1, max_size=200), st.floats(0.0, 1.0), st.sampled_from([1.0, 0.5]))
 def test_limits_are_never_exceeded_whatever_the_targets(stream, where, scale):
@@ -45,7 +42,7 @@ def test_limits_are_never_exceeded_whatever_the_targets(stream, where, scale):
     limiter = SafetyLimiter(SPEC, DT, SafetyConfig(limit_scale=scale))
     limiter.reset(start)
     commands = np.array([limiter.filter(t) for t in stream])
-    _assert_within_limits(start, commands, scale)
+    assert limit_violations(SPEC, DT, start, commands, scale) == []
 
 
 def test_nan_and_out_of_range_targets_are_rejected_with_a_logged_reason(caplog):
@@ -110,13 +107,8 @@ def test_limits_hold_from_any_start_including_outside_the_limits(where, stream, 
     vmax, amax = scale * SPEC.max_velocity(), scale * SPEC.max_acceleration()
     settle = int(np.max(np.abs(start - heading) / vmax + 2 * vmax / amax) / DT) + 20
     commands = np.array([limiter.filter(t) for t in [*stream, *[None] * settle]])
-    path = np.vstack([start, commands])
-    velocity = np.diff(path, axis=0) / DT  # from rest at the measured position: no first-tick jump
-    assert np.all(np.abs(velocity) <= vmax * (1 + 1e-9) + 1e-9)
-    accel = np.diff(np.vstack([np.zeros(D), velocity]), axis=0) / DT
-    assert np.all(np.abs(accel) <= amax * (1 + 1e-6) + 1e-6)
-    outside = np.maximum(np.maximum(lower - path, path - upper), 0.0)
-    assert np.all(np.diff(outside, axis=0) <= 1e-12)  # never further out than it started
+    assert limit_violations(SPEC, DT, start, commands, scale) == []  # from rest: no first-tick jump
+    outside = np.maximum(np.maximum(lower - commands, commands - upper), 0.0)
     assert np.all(outside[-1] == 0.0) and limiter.at_rest()  # brought inside by the holds
 
 
@@ -198,3 +190,13 @@ def test_every_bad_runtime_value_is_a_named_error(config, name, value, message):
 def test_a_bad_value_on_the_command_line_names_the_field():
     with pytest.raises(ConfigError, match="runtime.control_hz must be finite"):
         parse_cli(DeployConfig, ["--runtime.control_hz=inf"])
+
+
+def test_limit_violations_names_what_a_stream_breaks():
+    start = np.zeros(D)
+    assert limit_violations(SPEC, DT, start, [np.full(D, 0.5)]) == [
+        "velocity: 25.000x the limit",
+        "acceleration: 416.667x the limit",
+    ]
+    outside = np.array([2.0, 0.0, 0.0, 0.0])
+    assert limit_violations(SPEC, DT, outside, [outside + [0.0001, 0, 0, 0]])[0].startswith("position:")
