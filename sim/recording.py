@@ -65,6 +65,11 @@ class RecordingConfig:
             raise ValueError(f"RecordingConfig.episodes must be >= 1, got {self.episodes}")
         if not self.root:
             raise ValueError("RecordingConfig.root must name a local directory")
+        if self.overwrite and any(Path(i).resolve() == Path(self.root).resolve() for i in self.include):
+            raise ValueError(
+                f"RecordingConfig: --overwrite=true with --include naming the root {self.root} would delete "
+                "the included dataset before reading it; write to a new --root instead"
+            )
         if self.skill_range is not None:
             if len(self.skill_range) != 2 or not 0.0 <= self.skill_range[0] <= self.skill_range[1] <= 1.0:
                 raise ValueError(
