@@ -16,6 +16,7 @@ from worldloop.common.config import parse_cli
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from worldloop.real_robot.deploy import DeployConfig, deploy
+    from worldloop.real_robot.safety import SafetyStop
 
     cfg = parse_cli(DeployConfig)
     try:
@@ -23,6 +24,9 @@ def main() -> None:
     except KeyboardInterrupt:
         logging.getLogger("deploy").warning("interrupted: the arm was braked to a hold and disconnected")
         sys.exit(130)
+    except SafetyStop as e:
+        logging.getLogger("deploy").error("safety stop (the arm was held, then disconnected): %s", e)
+        sys.exit(3)
     print(f"success={result.success} dataset={result.dataset_root}")
 
 

@@ -7,6 +7,8 @@ python record_demos.py --task=reach --episodes=40 --policies="[outputs/zoo/a, ou
     --include="[outputs/datasets/mix]" --cameras="[front]" --root=outputs/datasets/mix_and_policies
 python record_demos.py --task=reach --episodes=400 --seed=5000 --skill_range="[0.2, 1.0]" \
     --include="[outputs/datasets/mix]" --root=outputs/datasets/mix_grown   # more of the same, one dataset
+python record_demos.py --task=pusht --cameras=[top] --image_size=96 --max_steps=100 --episodes=300 \
+    --skill_range="[0.0, 1.0]" --root=outputs/datasets/pusht   # LeRobot's gym-pusht, a scripted pusher
 """
 
 from __future__ import annotations

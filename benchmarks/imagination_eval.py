@@ -6,9 +6,14 @@ python benchmarks/imagination_eval.py --world_model=outputs/world_model/tiny/pre
 Every policy directory under `zoo` (any `*/pretrained_model` or directory holding a config.yaml) is run for
 `episodes` episodes in the world model and in the simulator, both starting from the sim resets with seeds
 `seed..seed+episodes-1`. Prints the per-policy table (imagined and sim success with Wilson intervals, gap,
-wall time) and Pearson r, Spearman rho and MMRV; writes benchmarks/results/imagination_eval.json and the
+wall time) and Pearson r, Spearman rho and MMRV with bootstrap 95% intervals; writes benchmarks/results/imagination_eval.json and the
 scatter plot beside the run's ranking.json. Also measures imagination throughput (imagined env steps/s)
-with and without the KV cache.
+with and without the KV cache. The result names the judge (the outcome heads' inputs and threshold).
+
+The video's share: `--observe=[drawn,first_frame,sim]` ranks once per mode, the policy observing the drawn
+frames, the start frame held (the judge still reads the drawn frames), or the simulator itself (the same
+judge reading the sim's frames: its upper bound); `--seeds=[0,1,2]` once per seed. The runs are printed and
+saved side by side under `runs`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -30,6 +35,7 @@ from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.rl_finetune.imagination.evaluation import ImaginationEvalConfig  # noqa: E402
 from worldloop.rl_finetune.imagination.initial_states import sim_starts  # noqa: E402
 from worldloop.rl_finetune.imagination.policy_ranking import load_world_model_env, rank_policies  # noqa: E402
+from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig  # noqa: E402
 from worldloop.vla.sim_evaluation import SimEvalConfig  # noqa: E402
 from worldloop.world_model.world_model_env import (  # noqa: E402
     WorldModelEnv,
@@ -66,12 +72,28 @@ class ImaginationEvalBenchmarkConfig:
     replay_max_episodes: int = 60
     skill_bins: int = 5
     name: str = ""  # result file name; "" -> imagination_replay_<split> (replay) / imagination_eval
+    # The video's share: rank with the policy observing drawn frames, the first frame held, and/or the sim
+    # itself (judged by the same heads: the judge's upper bound); each mode a ranking, side by side.
+    observe: list[str] = field(default_factory=lambda: ["drawn"])
+    # Rank once per seed (start states and sampling seeds seed..); None -> `seed` alone.
+    seeds: list[int] | None = None
+    # sim: the tabletop simulator (task) | lerobot_env: a LeRobot gym env (`env`, e.g. --env.type=pusht
+    # --env.task="push the T onto the green target"), starts from its resets, ranked by `rank_by`.
+    reference: str = "sim"
+    env: LeRobotEnvEvalConfig = field(default_factory=LeRobotEnvEvalConfig)
+    rank_by: str = "max_reward"  # lerobot_env: max_reward (LeRobot's pusht metric) | success
+    starts_resize: str = ""  # lerobot_env: env frames of another size than the model's: crop | stretch
 
 
 def find_policies(zoo: Path) -> list[str]:
-    found = sorted(
-        {str(p.parent) for p in zoo.rglob("config.yaml") if (p.parent / "model.safetensors").is_file()}
-    )
+    import yaml
+
+    def is_policy(config: Path) -> bool:  # weights beside it, or a scripted policy that has none
+        if (config.parent / "model.safetensors").is_file():
+            return True
+        return (yaml.safe_load(config.read_text()) or {}).get("type") == "scripted_pusher"
+
+    found = sorted({str(p.parent) for p in zoo.rglob("config.yaml") if is_policy(p)})
     # a training run holds checkpoints/*/pretrained_model as well as the final pretrained_model: keep the final
     return [p for p in found if "checkpoints" not in Path(p).parts]
 
@@ -138,7 +160,7 @@ def speed_only(cfg: ImaginationEvalBenchmarkConfig) -> None:
         }
         for c in (True, False)
     ]
-    size = wm.cfg.dit.image_size
+    size = wm.cfg.frame_size
     rows.append(
         {
             "backend": "MuJoCo sim",
@@ -166,11 +188,12 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
 
     from worldloop.data.dataset import DatasetConfig, EpisodeDataset
     from worldloop.rl_finetune.imagination.ranking import auroc, ranking_report
+    from worldloop.world_model.checkpoint_inputs import dataset_config_for
     from worldloop.world_model.model import WorldModel
 
     wm = WorldModel.from_pretrained(cfg.world_model)
     env = WorldModelEnv(wm, WorldModelEnvConfig(horizon=cfg.horizon, sampler_steps=cfg.sampler_steps))
-    dataset = EpisodeDataset(DatasetConfig(root=cfg.replay_dataset, cameras=list(env.cameras)))
+    dataset = EpisodeDataset(dataset_config_for(wm.cfg, DatasetConfig(root=cfg.replay_dataset)))
     recording = json.loads(Path(cfg.replay_dataset, "meta", "recording.json").read_text())
     recorded = {e["episode_index"]: e for e in recording["episodes"]}
     train, held_out = dataset.split()  # the world model's split when it used the default split settings
@@ -239,39 +262,45 @@ def main() -> None:
     policies = cfg.policies or find_policies(Path(cfg.zoo))
     if len(policies) < 2:
         raise SystemExit(f"need at least 2 policies to rank; found {policies} under {cfg.zoo}")
-    im_cfg = ImaginationEvalConfig(
-        world_model=cfg.world_model, horizon=cfg.horizon, sampler_steps=cfg.sampler_steps,
-        success_threshold=cfg.success_threshold, batch_envs=cfg.batch_envs, videos=2,
-    )  # fmt: skip
+    if cfg.reference == "lerobot_env":
+        against_env(cfg, policies)
+        return
+    if cfg.reference != "sim":
+        raise SystemExit(f"--reference={cfg.reference!r}: expected sim or lerobot_env")
     sim_cfg = SimEvalConfig(task=cfg.task, max_steps=cfg.horizon, batch_envs=cfg.batch_envs, videos=2)
-    result = rank_policies(policies, im_cfg, sim_cfg, cfg.episodes, cfg.seed, Path(cfg.output_dir))
-    rows = result["rows"]
-    print_table(
-        rows, title=f"{len(rows)} policies x {cfg.episodes} episodes ({cfg.task}), imagination vs sim"
-    )
+    runs = []
+    for mode in cfg.observe:
+        for seed in cfg.seeds or [cfg.seed]:
+            im_cfg = ImaginationEvalConfig(
+                world_model=cfg.world_model, horizon=cfg.horizon, sampler_steps=cfg.sampler_steps,
+                success_threshold=cfg.success_threshold, batch_envs=cfg.batch_envs, videos=2, observe=mode,
+            )  # fmt: skip
+            single = len(cfg.observe) == 1 and not cfg.seeds
+            out = Path(cfg.output_dir) if single else Path(cfg.output_dir) / f"observe_{mode}_seed{seed}"
+            runs.append((mode, seed, rank_policies(policies, im_cfg, sim_cfg, cfg.episodes, seed, out)))
+            print_ranking_run(runs[-1], cfg)
+    mode, seed, result = runs[0]
     r = result["ranking"]
-    print(f"\nPearson r {r['pearson']:.3f}  Spearman rho {r['spearman']:.3f}  MMRV {r['mmrv']:.3f}")
-    sweep = result["threshold_sweep"]
-    print_table(
-        [{k: v for k, v in row.items() if k != "imagined"} for row in sweep],
-        title=f"\nthe same episodes judged at lower success thresholds (this run: {result['success_threshold']})",
-    )
-
     env = load_world_model_env(im_cfg, sim_cfg)
     starts = sim_starts(env, sim_cfg, cfg.batch_envs, cfg.seed)
     speed = {f"steps_per_s_cache_{c}": throughput(env, starts, c) for c in (True, False)}
     print_table([{"batch": cfg.batch_envs, **speed}], title="\nimagined env steps / s (no policy)")
     figures = {
+        "judge": result["judge"],
+        "observe": mode,
+        "seed": seed,
         "ranking": r,
+        "ranking_ci95": result["ranking_ci95"],
         "targets": {"spearman_min": 0.9, "mmrv_max": 0.05, "abs_gap_max": 0.15},
         "met": {
             "spearman": r["spearman"] >= 0.9,
             "mmrv": r["mmrv"] <= 0.05,
             "gap": r["max_abs_gap"] <= 0.15,
         },
-        "policies": rows,
+        "policies": result["rows"],
+        "disagreements": result["disagreements"],  # policies whose two 95% intervals do not overlap
         "success_threshold": result["success_threshold"],
-        "threshold_sweep": sweep,
+        "threshold_sweep": result["threshold_sweep"],
         "episodes_per_policy": cfg.episodes,
         "imagination_seconds": result["imagination_seconds"],
         "sim_seconds": result["sim_seconds"],
@@ -279,11 +308,90 @@ def main() -> None:
         "world_model": cfg.world_model,
         "scatter_png": str(Path(cfg.output_dir) / "imagined_vs_sim.png"),
     }
+    if len(runs) > 1:
+        figures["runs"] = observe_ablation(runs)
     figures["load_average_1_5_15min"] = os.getloadavg()  # the machine is shared: contention slows everything
     path = write_result(
         cfg.name or "imagination_eval", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv])
     )
     print(f"wrote {path}")
+
+
+def against_env(cfg: ImaginationEvalBenchmarkConfig, policies: list[str]) -> None:
+    from worldloop.rl_finetune.imagination.env_ranking import rank_against_env
+    from worldloop.rl_finetune.imagination.policy_ranking import short_names
+    from worldloop.world_model.model import WorldModel
+
+    env_cfg = cfg.env
+    env_cfg.max_steps = env_cfg.max_steps or cfg.horizon
+    wm_env = WorldModelEnv(
+        WorldModel.from_pretrained(cfg.world_model),
+        WorldModelEnvConfig(horizon=env_cfg.max_steps, sampler_steps=cfg.sampler_steps,
+                            success_threshold=cfg.success_threshold),
+    )  # fmt: skip
+    result = rank_against_env(
+        policies, short_names(policies), wm_env, env_cfg, cfg.episodes, cfg.seed, Path(cfg.output_dir),
+        cfg.rank_by, cfg.batch_envs, cfg.starts_resize,
+    )  # fmt: skip
+    print_table(
+        result["rows"],
+        title=f"{len(policies)} policies x {cfg.episodes} episodes, {cfg.rank_by}: imagination vs {result['reference']}",
+    )
+    for name, sentence in result["disagreements"].items():
+        print(f"DISAGREEMENT {name}: {sentence}")
+    r, ci = result["ranking"], result["ranking_ci95"]
+    print(
+        "  ".join(
+            f"{k} {r[k]:.3f} [{ci[k]['low']:.3f}, {ci[k]['high']:.3f}]"
+            for k in ("pearson", "spearman", "mmrv")
+        )
+    )
+    figures = {**{k: v for k, v in result.items() if k != "rows"}, "policies": result["rows"],
+               "targets": {"pearson_min": 0.9, "spearman_min": 0.85, "mmrv_max": 0.1},
+               "met": {"pearson": r["pearson"] >= 0.9, "spearman": r["spearman"] >= 0.85, "mmrv": r["mmrv"] <= 0.1},
+               "world_model": cfg.world_model, "load_average_1_5_15min": os.getloadavg()}  # fmt: skip
+    path = write_result(
+        cfg.name or "imagination_eval_env", figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv])
+    )
+    print(f"wrote {path}")
+
+
+def print_ranking_run(run: tuple, cfg: ImaginationEvalBenchmarkConfig) -> None:
+    mode, seed, result = run
+    rows = result["rows"]
+    title = (
+        f"{len(rows)} policies x {cfg.episodes} episodes ({cfg.task}), observe={mode}, seed {seed}, vs sim"
+    )
+    print_table(rows, title=title)
+    for name, sentence in result["disagreements"].items():
+        print(f"DISAGREEMENT {name}: {sentence}")
+    r, ci = result["ranking"], result["ranking_ci95"]
+    print(
+        "\n"
+        + "  ".join(
+            f"{k} {r[k]:.3f} [{ci[k]['low']:.3f}, {ci[k]['high']:.3f}]"
+            for k in ("pearson", "spearman", "mmrv")
+        )
+    )
+    print_table(
+        [{k: v for k, v in row.items() if k != "imagined"} for row in result["threshold_sweep"]],
+        title=f"\nthe same episodes judged at lower success thresholds (this run: {result['success_threshold']})",
+    )
+
+
+def observe_ablation(runs: list[tuple]) -> list[dict]:
+    """Every (observe, seed) ranking side by side, with bootstrap intervals; printed and returned."""
+    rows = []
+    for mode, seed, result in runs:
+        r, ci = result["ranking"], result["ranking_ci95"]
+        rows.append({"observe": mode, "seed": seed, **{k: r[k] for k in ("pearson", "spearman", "mmrv")},
+                     **{f"{k}_ci95": [ci[k]["low"], ci[k]["high"]] for k in ("pearson", "spearman", "mmrv")},
+                     "max_abs_gap": r["max_abs_gap"]})  # fmt: skip
+    print_table(
+        [{k: v for k, v in row.items() if not k.endswith("_ci95")} for row in rows],
+        title="\nthe video's share: ranking by what the policy observed (sim = the judge's upper bound)",
+    )
+    return rows
 
 
 if __name__ == "__main__":

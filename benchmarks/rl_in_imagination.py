@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
+from worldloop.common.stats import mean_ci  # noqa: E402
 from worldloop.rl_finetune.closed_loop import run_closed_loop  # noqa: E402
 from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, finetune  # noqa: E402
 from worldloop.rl_finetune.sim_steps import count_sim_steps  # noqa: E402
@@ -55,6 +56,12 @@ class RLInImaginationBenchmarkConfig:
     # timing_only: one GRPO iteration with the config's group sizes (weights do not change the cost):
     # wall time per iteration and its split into imagination and the update; no sim, no before/after.
     timing_only: bool = False
+    # Fine-tune once per seed (finetune's --seed; each under <output_dir>/seed_<s>) and report the mean gain
+    # with its Student-t 95% interval and every seed's gain; None: one run with the config's seed.
+    seeds: list[int] | None = None
+    observe: str = (
+        ""  # drawn | first_frame: what the policy sees in imagination; "" -> the config's env.observe
+    )
     # "" -> rl_in_imagination[_ppo|_nft][_loop] (timing_only: rl_in_imagination_timing[_ppo|_nft]); another
     # name keeps a smoke run apart
     result_name: str = ""
@@ -115,58 +122,75 @@ def main() -> None:
         "loop.world_model_train.steps": cfg.loop_world_model_steps,
     }  # fmt: skip
     overrides += [f"--{key}={value}" for key, value in optional.items() if value]
-    ft_cfg = parse_cli(FinetunePolicyConfig, ["--config", cfg.finetune_config, *overrides, *passed_on])
+    if cfg.observe:
+        overrides.append(f"--env.observe={cfg.observe}")
+
+    def config_for(seed: int | None) -> FinetunePolicyConfig:
+        # With --seeds each run writes under <output_dir>/seed_<s>; the passed-on options come last.
+        per_seed = (
+            []
+            if seed is None
+            else [f"--seed={seed}", f"--output_dir={Path(cfg.output_dir) / f'seed_{seed}'}"]
+        )
+        return parse_cli(
+            FinetunePolicyConfig, ["--config", cfg.finetune_config, *overrides, *passed_on, *per_seed]
+        )
+
+    ft_cfg = config_for(None)
     if cfg.timing_only:
         time_one_iteration(cfg, ft_cfg)
         return
-    if ft_cfg.loop.rounds:
-        loop = run_closed_loop(ft_cfg)
-        final_policy = loop["final"]["policy"]
-        summary = {
-            "train_sim_steps": loop["sim_steps"]["training"],
-            "eval_sim_steps": loop["sim_steps"]["evaluation"],
-            "wall_seconds": loop["wall_seconds"],
-            "iterations_run": sum(r["policy"]["iterations_run"] for r in loop["rounds"]),
-            "stopped": [r["policy"]["stopped"] for r in loop["rounds"]],
-            "evaluations": [
-                {"round": r["round"], "before": r["before"], "after": r["after"]} for r in loop["rounds"]
-            ],
-        }
-    else:
-        summary = finetune(ft_cfg)
-        final_policy = str(Path(cfg.output_dir) / "pretrained_model")
+    bc = evaluate_final(cfg, ft_cfg, cfg.policy)
+    runs = []
+    for seed in cfg.seeds or [None]:
+        seed_cfg = config_for(seed)
+        summary, final_policy = run_finetuning(seed_cfg)
+        runs.append((seed_cfg, summary, evaluate_final(cfg, seed_cfg, final_policy)))
+    figures = figures_of(cfg, ft_cfg, bc, runs)
+    name = "rl_in_imagination" + ("" if ft_cfg.algorithm.type == "grpo" else f"_{ft_cfg.algorithm.type}")
+    name = cfg.result_name or name + ("_loop" if ft_cfg.loop.rounds else "")
+    path = write_result(name, figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
+    print(f"wrote {path}")
 
-    rows, finals = [], {}
-    for name, path in (("bc", cfg.policy), ("finetuned", final_policy)):
-        sim_cfg = ft_cfg.eval.sim
-        with count_sim_steps() as counter:
-            result = evaluate_in_sim(load_policy(path), sim_cfg, cfg.final_episodes, cfg.final_seed, None)
-        finals[name] = result
-        lo, hi = result["success_ci95"]
-        rows.append(
-            {"policy": name, "sim_success": result["success_rate"], "ci95": f"{lo:.2f}-{hi:.2f}",
-             "progress": result["mean_progress"], "episodes": result["episodes"], "sim_steps": counter.steps}
-        )  # fmt: skip
-    how = f"{ft_cfg.algorithm.type.upper()} in imagination" + (
-        f", closed loop of {ft_cfg.loop.rounds} rounds" if ft_cfg.loop.rounds else ""
-    )
-    print_table(rows, title=f"\nsim success before/after {how} ({ft_cfg.eval.sim.task})")
-    gain = finals["finetuned"]["success_rate"] - finals["bc"]["success_rate"]
+
+def run_finetuning(ft_cfg: FinetunePolicyConfig) -> tuple[dict, str]:
+    """Fine-tune in imagination (or run the closed loop); returns its summary and the final policy's path."""
+    if not ft_cfg.loop.rounds:
+        return finetune(ft_cfg), str(Path(ft_cfg.output_dir) / "pretrained_model")
+    loop = run_closed_loop(ft_cfg)
+    summary = {
+        "train_sim_steps": loop["sim_steps"]["training"],
+        "eval_sim_steps": loop["sim_steps"]["evaluation"],
+        "wall_seconds": loop["wall_seconds"],
+        "iterations_run": sum(r["policy"]["iterations_run"] for r in loop["rounds"]),
+        "stopped": [r["policy"]["stopped"] for r in loop["rounds"]],
+        "evaluations": [
+            {"round": r["round"], "before": r["before"], "after": r["after"]} for r in loop["rounds"]
+        ],
+        "loop": loop,
+    }
+    return summary, loop["final"]["policy"]
+
+
+def evaluate_final(cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig, path: str) -> dict:
+    """The policy at `path` on `final_episodes` held-out sim episodes (seeds final_seed..)."""
+    with count_sim_steps() as counter:
+        result = evaluate_in_sim(load_policy(path), ft_cfg.eval.sim, cfg.final_episodes, cfg.final_seed, None)
+    result["sim_steps"] = counter.steps
+    return result
+
+
+FINAL_KEYS = ("success_rate", "success_ci95", "mean_progress", "episodes")
+
+
+def seed_figures(ft_cfg: FinetunePolicyConfig, summary: dict, bc: dict, final: dict) -> dict:
+    """One run's figures: its held-out sim success and gain over BC, and where the run ended."""
+    after = summary.get("after")  # the kept weights' in-loop evaluation (None: the closed loop)
     cpu_seconds = summary.get("cpu_seconds")  # the closed loop does not count it
-    cpu_minutes = "unknown" if cpu_seconds is None else f"{cpu_seconds / 60:.1f}"
-    print(
-        f"\ngain {gain:+.1%}; sim steps for training {summary['train_sim_steps']}; "
-        f"fine-tuning wall time {summary['wall_seconds'] / 60:.1f} min, CPU time {cpu_minutes} min; "
-        f"stopped: {summary['stopped']}"
-    )
-    figures = {
-        "algorithm": ft_cfg.algorithm.type,
-        "before": {k: finals["bc"][k] for k in ("success_rate", "success_ci95", "mean_progress", "episodes")},
-        "after": {
-            k: finals["finetuned"][k] for k in ("success_rate", "success_ci95", "mean_progress", "episodes")
-        },
-        "gain_points": 100 * gain,
-        "target_gain_points": 20,
+    return {
+        "seed": ft_cfg.seed,
+        "after": {k: final[k] for k in FINAL_KEYS},
+        "gain_points": 100 * (final["success_rate"] - bc["success_rate"]),
         "train_sim_steps": summary["train_sim_steps"],
         "eval_sim_steps_in_loop": summary["eval_sim_steps"],
         "finetune_wall_minutes": summary["wall_seconds"] / 60,
@@ -174,34 +198,85 @@ def main() -> None:
         "finetune_cpu_minutes": None if cpu_seconds is None else cpu_seconds / 60,
         "iterations_run": summary["iterations_run"],
         "stopped": summary["stopped"],
-        # the evaluated weights the run ended with (eval.keep, in finetune_config_resolved); None: the closed loop
-        "kept_iteration": summary["after"]["iteration"] if "after" in summary else None,
+        # the evaluated weights the run ended with (eval.keep); None: the closed loop
+        "kept_iteration": None if after is None else after["iteration"],
+        # imagined - sim success at the kept weights, on the in-loop held-out evaluation
+        "imagined_minus_sim_at_kept": None if after is None else after["gap"],
         "in_loop_evaluations": summary["evaluations"],
-        "learning_curve_png": str(Path(cfg.output_dir) / "learning_curve.png"),
+        "learning_curve_png": None
+        if ft_cfg.loop.rounds
+        else str(Path(ft_cfg.output_dir) / "learning_curve.png"),
+    }
+
+
+def sim_row(policy: str, seed, result: dict) -> dict:
+    lo, hi = result["success_ci95"]
+    return {"policy": policy, "seed": seed, "sim_success": result["success_rate"], "ci95": f"{lo:.2f}-{hi:.2f}",
+            "progress": result["mean_progress"], "episodes": result["episodes"], "sim_steps": result["sim_steps"]}  # fmt: skip
+
+
+def figures_of(
+    cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig, bc: dict, runs: list
+) -> dict:
+    """Print the before/after table and return the result's figures; with several seeds, the mean gain
+    with its Student-t 95% interval and each seed's gain."""
+    per_seed = [seed_figures(seed_cfg, summary, bc, final) for seed_cfg, summary, final in runs]
+    rows = [sim_row("bc", "", bc)] + [sim_row("finetuned", c.seed, final) for c, _, final in runs]
+    how = f"{ft_cfg.algorithm.type.upper()} in imagination (observe={ft_cfg.env.observe})" + (
+        f", closed loop of {ft_cfg.loop.rounds} rounds" if ft_cfg.loop.rounds else ""
+    )
+    print_table(rows, title=f"\nsim success before/after {how} ({ft_cfg.eval.sim.task})")
+    gains = [s["gain_points"] for s in per_seed]
+    for s in per_seed:
+        cpu = "unknown" if s["finetune_cpu_minutes"] is None else f"{s['finetune_cpu_minutes']:.1f}"
+        print(
+            f"seed {s['seed']}: gain {s['gain_points']:+.1f} points; sim steps for training "
+            f"{s['train_sim_steps']}; wall {s['finetune_wall_minutes']:.1f} min, CPU {cpu} min; stopped: {s['stopped']}"
+        )
+    figures = {
+        "algorithm": ft_cfg.algorithm.type,
+        "observe": ft_cfg.env.observe,
+        "before": {k: bc[k] for k in FINAL_KEYS},
+        "gain_points": float(sum(gains) / len(gains)),
+        "target_gain_points": 20,
         "finetune_config_resolved": asdict(ft_cfg),
         "policy": cfg.policy,
         "world_model": cfg.world_model,
         "finetune_config": cfg.finetune_config,
     }
+    if cfg.seeds:
+        ci = mean_ci(gains)
+        print(
+            f"mean gain {ci['mean']:+.1f} points, 95% CI [{ci['low']:+.1f}, {ci['high']:+.1f}] over seeds {cfg.seeds}"
+        )
+        figures.update(
+            {"seeds": cfg.seeds, "gain_points_ci95": [ci["low"], ci["high"]], "gain_points_std": ci["std"],
+             "every_seed_positive": all(g > 0 for g in gains), "per_seed": per_seed}
+        )  # fmt: skip
+    else:
+        figures.update(per_seed[0])  # one run: its figures at the top level, as before --seeds
+        figures["after"] = per_seed[0]["after"]
     if ft_cfg.loop.rounds:
-        figures["loop"] = {
-            "rounds": [
-                {"round": r["round"], "recorded_sim_success": r["recorded"]["sim_success"],
-                 "dataset_episodes": r["dataset"]["episodes"], "world_model_steps": r["world_model"]["steps"],
-                 "world_model_loss_first_last_tenth": [r["world_model"]["loss_first_tenth"],
-                                                       r["world_model"]["loss_last_tenth"]],
-                 "sim_success_after": r["after"]["sim_success"], "gap_after": r["after"]["gap"]}
-                for r in loop["rounds"]
-            ],
-            "collection_sim_steps": loop["sim_steps"]["collection"],
-            "closed_loop_png": str(Path(cfg.output_dir) / "closed_loop.png"),
-        }  # fmt: skip
-        figures["learning_curve_png"] = None  # one per round, under round_<r>/policy/
+        figures["loop"] = [
+            loop_figures(summary["loop"], seed_cfg.output_dir) for seed_cfg, summary, _ in runs
+        ]
     figures["load_average_1_5_15min"] = os.getloadavg()  # the machine is shared: contention slows everything
-    name = "rl_in_imagination" + ("" if ft_cfg.algorithm.type == "grpo" else f"_{ft_cfg.algorithm.type}")
-    name = cfg.result_name or name + ("_loop" if ft_cfg.loop.rounds else "")
-    path = write_result(name, figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
-    print(f"wrote {path}")
+    return figures
+
+
+def loop_figures(loop: dict, output_dir: str) -> dict:
+    return {
+        "rounds": [
+            {"round": r["round"], "recorded_sim_success": r["recorded"]["sim_success"],
+             "dataset_episodes": r["dataset"]["episodes"], "world_model_steps": r["world_model"]["steps"],
+             "world_model_loss_first_last_tenth": [r["world_model"]["loss_first_tenth"],
+                                                   r["world_model"]["loss_last_tenth"]],
+             "sim_success_after": r["after"]["sim_success"], "gap_after": r["after"]["gap"]}
+            for r in loop["rounds"]
+        ],
+        "collection_sim_steps": loop["sim_steps"]["collection"],
+        "closed_loop_png": str(Path(output_dir) / "closed_loop.png"),
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
-from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec  # noqa: E402
+from worldloop.common.embodiment import EmbodimentSpec  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
 from worldloop.data.windows import WorldModelWindows  # noqa: E402
@@ -40,8 +40,8 @@ from worldloop.rl_finetune.wm_posttrain.evaluation import (  # noqa: E402
     fidelity_summary,
     held_out_rollouts,
 )
-from worldloop.rl_finetune.wm_posttrain.posttrain import check_embodiment  # noqa: E402
 from worldloop.rl_finetune.wm_posttrain.rollout_stability import FidelityRewardConfig  # noqa: E402
+from worldloop.world_model.checkpoint_inputs import dataset_config_for, embodiment_of  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402
 
 HORIZONS = (1, 10, 20, 30)
@@ -60,9 +60,8 @@ class WMPosttrainBenchmarkConfig:
     batch_size: int = 8
     # The clip score of the win rate; --fidelity.lpips_weight > 0 adds LPIPS (local weights only).
     fidelity: FidelityRewardConfig = field(default_factory=FidelityRewardConfig)
-    embodiment: str = (
-        TABLETOP_ARM.name
-    )  # the arm whose limits judge the decoded actions (common/embodiment.py)
+    # The robot whose limits judge the decoded actions: "" -> the one the before-model's checkpoint stores.
+    embodiment: str = ""
     name: str = "wm_posttrain"  # the result file: benchmarks/results/<name>.json
     candidates: int = 8  # rollouts of the before-model per start state for the spread figures; 0 skips
     candidate_sampler_steps: int = 0  # denoising steps per frame of those rollouts; 0 -> the model's own
@@ -155,13 +154,11 @@ def run_benchmark(cfg: WMPosttrainBenchmarkConfig) -> dict:
     """Roll both models out from the same held-out start states, print the tables, return the figures."""
     before = WorldModel.from_pretrained(cfg.before)
     after = WorldModel.from_pretrained(cfg.after)
-    if before.cfg.cameras != after.cfg.cameras or before.cfg.dit.image_size != after.cfg.dit.image_size:
+    if before.cfg.cameras != after.cfg.cameras or before.cfg.frame_size != after.cfg.frame_size:
         raise ValueError(f"{cfg.before} and {cfg.after} differ in cameras or image size: not comparable")
-    spec = check_embodiment(before, cfg.embodiment)
+    spec = embodiment_of(before, cfg.embodiment)
     context = cfg.context or before.cfg.dit.context_frames
-    ds = cfg.dataset
-    ds.cameras, ds.image_size = list(before.cfg.cameras), [before.cfg.dit.image_size] * 2
-    ds.action_dim = before.cfg.dit.action_dim
+    ds = dataset_config_for(before.cfg, cfg.dataset)
     dataset = EpisodeDataset(ds)
     _, held_out = dataset.split()
     windows = WorldModelWindows(dataset, held_out, context=context, horizon=cfg.horizon, stride=cfg.stride)

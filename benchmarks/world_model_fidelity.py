@@ -42,11 +42,12 @@ from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
-from worldloop.data.features import ENVIRONMENT_STATE  # noqa: E402
+from worldloop.data.features import ENVIRONMENT_STATE, image_key  # noqa: E402
 from worldloop.rl_finetune.wm_posttrain.rollout_stability import (  # noqa: E402
     FidelityRewardConfig,
     clip_fidelity_reward,
 )
+from worldloop.world_model.checkpoint_inputs import dataset_config_for  # noqa: E402
 from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, ssim  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402
 from worldloop.world_model.object_tracking import object_fidelity  # noqa: E402
@@ -56,7 +57,8 @@ from worldloop.world_model.trainer import EvalConfig, held_out_windows  # noqa: 
 @dataclass
 class FidelityBenchmarkConfig:
     model_path: str = "outputs/world_model/tiny/pretrained_model"
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)  # root "" -> outputs/data/tabletop
+    # root "" -> outputs/data/tabletop; cameras, image size and resize default to the checkpoint's
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     steps: int = 0  # sampler steps of the main fidelity run; 0 -> the model's own
     sweep_steps: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 50])
@@ -149,6 +151,14 @@ def object_truth(
     and its colour per window; None when the dataset has no `observation.environment_state`."""
     if ENVIRONMENT_STATE not in dataset.meta.features or windows.rows is None:
         return None
+    recorded = tuple(dataset.meta.features[image_key(camera)]["shape"][:2])
+    if recorded != tuple(windows.frames.shape[-2:]):
+        print(
+            f"objects not scored: {camera} frames are served at {list(windows.frames.shape[-2:])}, recorded at "
+            f"{list(recorded)}; the projection holds for the recorded size only",
+            file=sys.stderr,
+        )
+        return None
     from worldloop.sim.scene import CUBE_COLORS
     from worldloop.sim.tabletop_env import ENVIRONMENT_STATE_NAMES
     from worldloop.sim.tabletop_sim import TabletopSim
@@ -219,8 +229,8 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
         model.cfg.sampler.method = cfg.sampler_method
         model.cfg.sampler.validate()
     cfg.dataset.root = cfg.dataset.root or "outputs/data/tabletop"
-    cfg.dataset.cameras = list(model.cfg.cameras)
-    dataset = EpisodeDataset(cfg.dataset)
+    # Cameras, frame size and resize as the checkpoint says (a contradicting --dataset.* is an error).
+    dataset = EpisodeDataset(dataset_config_for(model.cfg, cfg.dataset))
     _, held = dataset.split()
     windows = held_out_windows(dataset, held, cfg.eval)
     if windows is None:
@@ -245,7 +255,7 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     )
     figures["curves"] = curves
     figures["fidelity_seconds"] = time.perf_counter() - t0
-    truth = object_truth(dataset, windows, ctx, cfg.dataset.cameras[0])
+    truth = object_truth(dataset, windows, ctx, dataset.cameras[0])
     if truth is not None:
         first_view = (slice(None), slice(None), 0) if real.dim() == 6 else (...,)  # the tracked camera
         figures["objects"] = object_fidelity(

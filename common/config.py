@@ -151,7 +151,13 @@ def parse_cli(config_class: type[T], args: Sequence[str] | None = None) -> T:
         ValueError,
     ) as e:
         where = f"{config_path}: " if config_path else ""
-        raise ConfigError(f"{where}{e}") from e
+        # draccus reports a dataclass whose __post_init__ refused a value as "Couldn't instantiate class
+        # X"; the refusal (which field, what was expected) is the error it wraps.
+        cause = e.__cause__ or e.__context__
+        detail = (
+            f" ({cause})" if isinstance(e, draccus.ParsingError) and isinstance(cause, ValueError) else ""
+        )
+        raise ConfigError(f"{where}{e}{detail}") from e
 
 
 def load_config(config_class: type[T], path: str | Path) -> T:

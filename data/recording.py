@@ -17,6 +17,16 @@ was not ended, finalizes the dataset so the episodes ended so far stay readable,
 `complete`: whether every episode the recording was meant to hold was recorded (lerobot's
 `meta/info.json` exists from the first moment).
 
+Durable episodes (`durable=True`, for runs that a `kill -9`, an OOM kill or a power cut may end): every
+`end_episode` leaves the dataset readable as it stands. It closes lerobot's parquet writers (a parquet
+file is readable only once its footer is written) and sends the next episode to new files, as lerobot
+does when it resumes a recording; `meta/recording.json` then lists the files of the saved episodes and a
+copy of `meta/info.json` and `meta/stats.json`. A crash between two `end_episode`s loses only the
+episode in progress. A crash inside one (while lerobot writes that episode) can leave a half-written
+file; `repair_recording(root)` removes what the last completed `end_episode` did not list and restores
+`info.json` and `stats.json`. The episodes must share one task (lerobot rewrites `meta/tasks.parquet`
+when a new task appears, which is not restored).
+
 Growing copies every source into a fresh dataset with lerobot's `aggregate_datasets` (episode indices
 renumbered in order, tasks merged), so the result is an ordinary dataset anything can read; the sources
 must agree on fps, robot type and features, which is checked first with an error naming the one that
@@ -37,6 +47,7 @@ from worldloop.common.checkpoint import atomic_write_text
 from worldloop.data.features import ACTION, DONE, REWARD, SUCCESS, TASK, lerobot_features
 
 RECORDING_META = "meta/recording.json"
+_PARQUET_DIRS = ("data", "meta/episodes")  # where lerobot writes an episode's parquet files
 
 
 def write_recording_meta(root: str | Path, meta: dict) -> None:
@@ -70,8 +81,10 @@ def policy_recording_parts(root: Path) -> Path:
 class EpisodeWriter:
     """Writes episodes, frame by frame, into a new LeRobotDataset at `root` (images stored as PNG frames).
 
-    `episodes` is how many episodes the recording is meant to hold (`complete` in `meta/recording.json`);
-    `config`, if given, is stored there too. Use it as a context manager, or call `close` in a `finally`.
+    `episodes` is how many episodes the recording is meant to hold (`complete` in `meta/recording.json`;
+    None: not known in advance, set `expected_episodes` before closing); `config`, if given, is stored
+    there too. `durable`: each ended episode is readable on disk before `end_episode` returns (see the
+    module docstring). Use it as a context manager, or call `close` in a `finally`.
     """
 
     def __init__(
@@ -83,9 +96,10 @@ class EpisodeWriter:
         joint_names: Sequence[str],
         cameras: Sequence[str],
         image_size: tuple[int, int],
-        episodes: int,
+        episodes: int | None,
         config: dict | None = None,
         image_writer_threads: int = 0,
+        durable: bool = False,
         environment_state_names: Sequence[str] = (),
     ):
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -94,6 +108,8 @@ class EpisodeWriter:
         if self.root.exists():
             raise FileExistsError(f"recording root {self.root} exists; each recording needs a new directory")
         self.expected_episodes, self.config = episodes, config
+        self.durable = durable
+        self._durable_state: dict | None = None  # what `repair_recording` restores (durable writers)
         # Non-empty: every frame's observation carries `observation.environment_state` of this many values.
         self.environment_state_names = tuple(environment_state_names)
         self.episodes: list[dict] = []  # the facts of every ended episode, as in meta/recording.json
@@ -149,7 +165,43 @@ class EpisodeWriter:
         episode |= {"success": self._succeeded, "length": self._length, **facts}
         self.episodes.append(episode)
         self._length, self._succeeded = 0, False
+        if self.durable:
+            self._make_durable()
         return episode
+
+    def _make_durable(self) -> None:
+        """Close the parquet files (their footers make them readable), start new ones for the next
+        episode, and record what is now on disk for `repair_recording`."""
+        dataset = self._dataset
+        data_ref, meta_ref = dataset.latest_episode, dataset.meta.latest_episode
+        dataset.finalize()
+        # lerobot's resume path: with no latest episode in memory, the next episode goes to new files after
+        # those of `meta.episodes[-1]` (writing to the closed files would truncate them). That path reads
+        # only the last entry's file indices and frame count, so they are given instead of re-reading
+        # every episode from disk (seconds per save once there are a few).
+        dataset.meta.episodes = [
+            {
+                "dataset_to_index": int(meta_ref["dataset_to_index"][0]),
+                "meta/episodes/chunk_index": int(meta_ref["meta/episodes/chunk_index"][0]),
+                "meta/episodes/file_index": int(meta_ref["meta/episodes/file_index"][0]),
+                "data/chunk_index": int(data_ref["data/chunk_index"]),
+                "data/file_index": int(data_ref["data/file_index"]),
+            }
+        ]
+        dataset.latest_episode, dataset.meta.latest_episode = None, None
+        files = sorted(
+            str(f.relative_to(self.root))
+            for d in _PARQUET_DIRS
+            for f in (self.root / d).rglob("*")
+            if f.is_file()
+        )
+        meta = self.root / "meta"
+        self._durable_state = {
+            "files": files,
+            "info": json.loads((meta / "info.json").read_text()),
+            "stats": json.loads((meta / "stats.json").read_text()),
+        }
+        self._write_meta()
 
     def close(self) -> None:
         """Drop an episode that was not ended, finalize the dataset and write `meta/recording.json`."""
@@ -162,9 +214,39 @@ class EpisodeWriter:
         finally:
             if self._hf_bars_were_on:
                 hf_logging.enable_progress_bar()
-            meta = {} if self.config is None else {"config": self.config}
-            meta |= {"complete": len(self.episodes) == self.expected_episodes, "episodes": self.episodes}
-            write_recording_meta(self.root, meta)
+            self._write_meta()
+
+    def _write_meta(self) -> None:
+        meta = {} if self.config is None else {"config": self.config}
+        meta |= {"complete": len(self.episodes) == self.expected_episodes, "episodes": self.episodes}
+        if self._durable_state is not None:
+            meta["durable"] = self._durable_state
+        write_recording_meta(self.root, meta)
+
+
+def repair_recording(root: str | Path) -> list[str]:
+    """Make a durable recording that a crash interrupted readable: remove the parquet files the last
+    completed `end_episode` did not list and restore its `meta/info.json` and `meta/stats.json`. Returns
+    the removed files; a recording that needs no repair is left as it is."""
+    root = Path(root)
+    path = root / RECORDING_META
+    if not path.is_file():
+        raise FileNotFoundError(f"{root}: no {RECORDING_META}; not a recording made by EpisodeWriter")
+    durable = json.loads(path.read_text()).get("durable")
+    if durable is None:
+        raise ValueError(f"{root}: {RECORDING_META} lists no saved episode of a durable recording to restore")
+    kept = set(durable["files"])
+    removed = sorted(
+        str(f.relative_to(root))
+        for d in _PARQUET_DIRS
+        for f in (root / d).rglob("*")
+        if f.is_file() and str(f.relative_to(root)) not in kept
+    )
+    for name in removed:
+        (root / name).unlink()
+    for name in ("info", "stats"):
+        atomic_write_text(root / "meta" / f"{name}.json", json.dumps(durable[name], indent=4) + "\n")
+    return removed
 
 
 def check_compatible(roots: Sequence[str | Path]) -> None:

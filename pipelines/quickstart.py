@@ -265,7 +265,10 @@ def _ranking_metrics(directory: Path) -> dict:
     for backend in ("imagination", "sim"):
         if backend in first:
             out[f"{backend} success"] = first[backend]["success_rate"]
+            out[f"{backend} success 95% CI"] = "{:.2f}-{:.2f}".format(*first[backend]["success_ci95"])
             out[f"{backend} progress"] = first[backend]["mean_progress"]
+    if first.get("disagreement"):  # the two intervals do not overlap (report.py shows it on top)
+        out["disagreement"] = first["disagreement"]
     return out
 
 

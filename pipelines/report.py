@@ -62,6 +62,16 @@ def _stage_table(stages: list[StageRecord]) -> str:
     )
 
 
+def _disagreements(stages: list[StageRecord]) -> str:
+    """A warning box for every stage whose metrics carry a `disagreement` (a policy whose imagined and
+    simulated success 95% intervals do not overlap; `rl_finetune.imagination.ranking.disagreement`)."""
+    flagged = [(s.name, s.metrics["disagreement"]) for s in stages if s.metrics.get("disagreement")]
+    if not flagged:
+        return ""
+    items = "".join(f"<li><b>{html.escape(n)}</b>: {html.escape(str(v))}</li>" for n, v in flagged)
+    return f"<div class='warning'><b>Imagination and the simulator disagree</b><ul>{items}</ul></div>"
+
+
 def _media_grid(items: list[Media]) -> str:
     cells = []
     for m in items:
@@ -77,6 +87,7 @@ def _media_grid(items: list[Media]) -> str:
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}
+.warning{background:#fff3cd;border:1px solid #e0b000;padding:0.5em 1em;margin:1em 0}
 tr.failed{background:#fdd}tr.skipped{color:#666}tr.not-available{color:#999}
 .grid{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}img{image-rendering:pixelated;min-width:256px;max-width:560px}
 """
@@ -104,6 +115,7 @@ def write_report(
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
         f"<style>{STYLE}</style><script>{CHECK_SCRIPT}</script></head><body>",
         f"<h1>{html.escape(title)}</h1>",
+        _disagreements(stages),
         "<h2>Stages</h2>",
         _stage_table(stages),
         "<h2>Videos (real | imagined)</h2>",

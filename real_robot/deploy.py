@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,13 +17,21 @@ import torch
 from lerobot.robots import RobotConfig
 
 from worldloop.real_robot.fusion import FuserConfig, make_fuser
-from worldloop.real_robot.helpers import check_policy_path, load_policy
+from worldloop.real_robot.helpers import check_number, check_policy_path, load_policy
 from worldloop.real_robot.inference import PolicyRunner, ThreadedInference
-from worldloop.real_robot.policy_server import RemotePolicyClient, start_server_process
+from worldloop.real_robot.policy_server import TOKEN_ENV, RemotePolicyClient, start_server_process
 from worldloop.real_robot.recorder import EpisodeRecorder, RecordConfig
 from worldloop.real_robot.robots import EMBODIMENTS, SimRobotConfig, embodiment_for, make_robot
-from worldloop.real_robot.runtime import ControlRuntime, RobotIO, RunLog, RuntimeConfig, run_realtime
-from worldloop.real_robot.safety import SafetyConfig, SafetyLimiter
+from worldloop.real_robot.runtime import (
+    ControlRuntime,
+    RobotIO,
+    RunLog,
+    RuntimeConfig,
+    interrupts_deferred,
+    run_realtime,
+    terminate_as_interrupt,
+)
+from worldloop.real_robot.safety import SafetyConfig, SafetyLimiter, TrackingGuard
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +52,12 @@ class DeployConfig:
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
 
+    def __post_init__(self) -> None:
+        check_number("episode_time_s", self.episode_time_s, low=0.0, low_open=True)
+        check_number("inference_threads", self.inference_threads, low=1, integer=True)
+        if self.inference not in ("thread", "process"):
+            raise ValueError(f"inference must be 'thread' or 'process', got {self.inference!r}")
+
 
 @dataclass
 class DeployResult:
@@ -56,8 +71,7 @@ class DeployResult:
 def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
     """Run one episode. `policy` and `robot` default to what `cfg` names (tests pass their own)."""
     spec = embodiment_for(cfg.robot)
-    if cfg.inference not in ("thread", "process"):
-        raise ValueError(f"inference must be 'thread' or 'process', got {cfg.inference!r}")
+    tracking = TrackingGuard(spec, cfg.safety)
     server_process, server_address = None, cfg.policy_server
     if policy is None and server_address is None:
         if cfg.inference == "process":
@@ -77,64 +91,74 @@ def deploy(cfg: DeployConfig, policy=None, robot=None) -> DeployResult:
     safety = SafetyLimiter(spec, 1.0 / cfg.runtime.control_hz, cfg.safety)
     success_check = getattr(robot, "task_success", None)
 
-    robot.connect()
-    inference, recorder, runner = None, None, None
-    success = False
-    try:
-        instruction = cfg.instruction or getattr(robot, "task", None) or ""  # the sim knows its task
-        if not instruction:
-            logger.warning("no --instruction given and the robot has no task: the policy gets an empty one")
-        if policy is not None:
-            runner = PolicyRunner(policy, spec.joint_names, instruction, use_prefix=fuser.wants_prefix)
-            chunk_size, use_prefix = int(policy.chunk_size), runner.uses_prefix
-        else:
-            runner = RemotePolicyClient(server_address, instruction)
-            chunk_size, use_prefix = runner.chunk_size, fuser.wants_prefix and runner.uses_prefix
-        if cfg.record.root is not None:
-            recorder = EpisodeRecorder(cfg.record, spec.joint_names, spec.fps, instruction, cfg.robot.type)
-        io = RobotIO(robot, spec.joint_names)
-        inference = ThreadedInference(runner)
-        runtime = ControlRuntime(
-            io,
-            inference,
-            fuser,
-            safety,
-            spec,
-            cfg.runtime,
-            policy_chunk_size=chunk_size,
-            use_prefix=use_prefix,
-            on_observation=recorder.on_observation if recorder else None,
-        )
-        runtime.warm_up(runner)
+    with terminate_as_interrupt():  # `kill` stops like Ctrl-C: brake, hold, then disconnect
+        robot.connect()
+        inference, recorder, runner, runtime = None, None, None, None
+        success = False
+        try:
+            instruction = cfg.instruction or getattr(robot, "task", None) or ""  # the sim knows its task
+            if not instruction:
+                logger.warning(
+                    "no --instruction given and the robot has no task: the policy gets an empty one"
+                )
+            if policy is not None:
+                runner = PolicyRunner(policy, spec.joint_names, instruction, use_prefix=fuser.wants_prefix)
+                chunk_size, use_prefix = int(policy.chunk_size), runner.uses_prefix
+            else:
+                token = os.environ.get(TOKEN_ENV) or None  # the server's shared token, if it has one
+                runner = RemotePolicyClient(server_address, instruction, token=token)
+                chunk_size, use_prefix = runner.chunk_size, fuser.wants_prefix and runner.uses_prefix
+            if cfg.record.root is not None:
+                recorder = EpisodeRecorder(
+                    cfg.record, spec.joint_names, spec.fps, instruction, cfg.robot.type
+                )
+            io = RobotIO(robot, spec.joint_names)
+            inference = ThreadedInference(runner)
+            runtime = ControlRuntime(
+                io,
+                inference,
+                fuser,
+                safety,
+                spec,
+                cfg.runtime,
+                policy_chunk_size=chunk_size,
+                use_prefix=use_prefix,
+                on_observation=recorder.on_observation if recorder else None,
+                tracking=tracking,
+            )
+            runtime.warm_up(runner)
 
-        ticks_per_frame = max(1, int(round(cfg.runtime.control_hz / spec.fps)))
+            ticks_per_frame = max(1, int(round(cfg.runtime.control_hz / spec.fps)))
 
-        def done() -> bool:  # checked at the policy rate: the success test reads the whole scene
-            nonlocal success
-            if (
-                success_check is not None
-                and cfg.stop_on_success
-                and len(runtime.log.times) % ticks_per_frame == 0
-            ):
+            def done() -> bool:  # checked at the policy rate: the success test reads the whole scene
+                nonlocal success
+                if (
+                    success_check is not None
+                    and cfg.stop_on_success
+                    and len(runtime.log.times) % ticks_per_frame == 0
+                ):
+                    success = bool(success_check())
+                return success
+
+            log = run_realtime(runtime, cfg.episode_time_s, stop=done)
+            if success_check is not None:
                 success = bool(success_check())
-            return success
-
-        log = run_realtime(runtime, cfg.episode_time_s, stop=done)
-        if success_check is not None:
-            success = bool(success_check())
-    finally:
-        if inference is not None:
-            inference.close()
-        if isinstance(runner, RemotePolicyClient):
-            runner.close()
-        if server_process is not None:
-            server_process.terminate()
-            server_process.join(timeout=5.0)
-        robot.disconnect()
-        dataset_root = None
-        if recorder is not None:
-            last = safety.state.position if safety.started else np.zeros(spec.num_joints)
-            dataset_root = recorder.finish(last, success)
+        finally:
+            with interrupts_deferred("disconnecting and saving the recording"):
+                if inference is not None:
+                    inference.close()
+                if isinstance(runner, RemotePolicyClient):
+                    runner.close()
+                if server_process is not None:
+                    server_process.terminate()
+                    server_process.join(timeout=5.0)
+                try:
+                    robot.disconnect()
+                finally:  # a failed disconnect must not lose the recording
+                    dataset_root = None
+                    if recorder is not None:
+                        last = safety.state.position if safety.started else np.zeros(spec.num_joints)
+                        dataset_root = recorder.finish(last, success)
     _report(log, safety, runtime)
     return DeployResult(log, success, dataset_root, dict(safety.rejections), runtime.watchdog.fired_count)
 

@@ -5,6 +5,13 @@ frame's observation (where the arm was told to be one step later, as in recorded
 runtime drives; this module is its sink into the one dataset writer every recording shares
 (`data.recording.EpisodeWriter`: same frame layout and `meta/recording.json` as sim recordings). Image
 encoding and disk writes happen in a writer thread so the control loop never waits on the disk.
+
+A crash must not lose the run: the run is saved in segments of `segment_s` seconds, each a durable
+episode (readable on disk once saved, even after `kill -9`; see `data.recording`). The dataset's
+episodes are the run's consecutive segments in order, with no frame between them: episode i's facts in
+`meta/recording.json` hold `segment` (i) and `first_frame` (its first frame's index in the run), and only
+the run's last frame has `next.done`. A crash loses the segment in progress (at most `segment_s` seconds
+plus the time to save one segment); `data.recording.repair_recording` cleans up a crash that hit a save.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import numpy as np
 
 from worldloop.data.features import IMAGE_PREFIX, STATE, image_key
 from worldloop.data.recording import EpisodeWriter
+from worldloop.real_robot.helpers import check_number
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +35,10 @@ logger = logging.getLogger(__name__)
 class RecordConfig:
     root: str | None = None  # directory of the dataset to write; None: do not record
     repo_id: str = "local/deploy_runs"  # dataset name in its metadata (nothing is uploaded)
+    segment_s: float = 2.0  # save the run every this many seconds: what a crash can lose at most
+
+    def __post_init__(self) -> None:
+        check_number("record.segment_s", self.segment_s, low=0.0, low_open=True)
 
 
 class EpisodeRecorder:
@@ -44,7 +56,9 @@ class EpisodeRecorder:
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._write, name="episode-recorder", daemon=True)
         self._thread.start()
-        self.frames_written = 0
+        self.frames_written = 0  # added to the writer (the segment in progress included)
+        self.segment_frames = max(1, int(round(cfg.segment_s * fps)))
+        self._segment_start = 0  # run frame index of the segment in progress's first frame
 
     def on_observation(self, observation: dict, now: float, last_command: np.ndarray) -> None:
         """Called by the runtime at every frame time; completes the previous frame with its action."""
@@ -63,8 +77,10 @@ class EpisodeRecorder:
         self._thread.join()
         if self._writer is not None:
             with self._writer:
-                if self._error is None:
-                    self._writer.end_episode()
+                if self._error is None and self.frames_written > self._segment_start:
+                    self._end_segment()
+                if self._error is None:  # every segment of the run is saved
+                    self._writer.expected_episodes = len(self._writer.episodes)
         if self._error is not None:
             raise RuntimeError(f"recording to {self.cfg.root} failed") from self._error
         return Path(self.cfg.root)
@@ -90,6 +106,10 @@ class EpisodeRecorder:
         if len(sizes) > 1:
             raise ValueError(f"record: recording needs cameras of one size, got {sizes}")
         size = sizes.pop() if sizes else (0, 0)
+        run = {
+            "episodes": "consecutive segments of one deploy run, in order, with no frame between them",
+            "segment_s": self.cfg.segment_s,
+        }
         return EpisodeWriter(
             self.cfg.root,
             self.cfg.repo_id,
@@ -98,8 +118,15 @@ class EpisodeRecorder:
             self.joint_names,
             cameras,
             size,
-            episodes=1,
+            episodes=None,  # known at `finish`; a crashed run's recording says complete: false
+            config=run,
+            durable=True,
         )
+
+    def _end_segment(self) -> None:
+        segment = len(self._writer.episodes)
+        self._writer.end_episode(segment=segment, first_frame=self._segment_start)
+        self._segment_start = self.frames_written
 
     def _write(self) -> None:
         while True:
@@ -113,6 +140,8 @@ class EpisodeRecorder:
                     self._writer = self._open(frame["observation"])
                 self._writer.add_frame(**frame)
                 self.frames_written += 1
+                if self.frames_written - self._segment_start >= self.segment_frames:
+                    self._end_segment()
             except BaseException as e:
                 logger.error("recording failed: %s", e)
                 self._error = e

@@ -12,17 +12,21 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from worldloop.common.embodiment import EmbodimentSpec
 from worldloop.real_robot.fusion import Chunk, ChunkFuser
+from worldloop.real_robot.helpers import check_number
 from worldloop.real_robot.inference import InferenceRequest
-from worldloop.real_robot.safety import SafetyLimiter
+from worldloop.real_robot.safety import SafetyLimiter, SafetyStop, TrackingGuard
 from worldloop.real_robot.watchdog import Watchdog
 
 logger = logging.getLogger(__name__)
@@ -41,14 +45,28 @@ class RuntimeConfig:
         0  # > 0: run the control thread SCHED_FIFO at this priority (Linux, needs rights)
     )
     status_every_s: float = 0.5  # live status line period (0: off)
+    # The stop (end of episode, Ctrl-C, SIGTERM, an error): brake to a hold, then move at
+    # `rest_speed_scale` of the velocity limit to `rest_pose` (joint units; null: stay where braked), then
+    # keep holding with torque on for `stop_hold_s` before the robot is disconnected.
+    stop_hold_s: float = 0.5
+    rest_pose: list[float] | None = None
+    rest_speed_scale: float = 0.2
 
     def __post_init__(self) -> None:
-        if self.control_hz <= 0:
-            raise ValueError(f"runtime.control_hz must be > 0, got {self.control_hz}")
+        check_number("runtime.control_hz", self.control_hz, low=0.0, high=10_000.0, low_open=True)
         if self.schedule not in ("async", "sync"):
             raise ValueError(f"runtime.schedule must be 'async' or 'sync', got {self.schedule!r}")
-        if not 0 < self.request_threshold <= 1:
-            raise ValueError(f"runtime.request_threshold must be in (0, 1], got {self.request_threshold}")
+        check_number("runtime.request_threshold", self.request_threshold, low=0.0, high=1.0, low_open=True)
+        check_number("runtime.delay_margin", self.delay_margin, low=0.0)
+        check_number("runtime.sync_action_steps", self.sync_action_steps, low=1, integer=True)
+        check_number("runtime.watchdog_timeout_s", self.watchdog_timeout_s, low=0.0, low_open=True)
+        check_number("runtime.spin_s", self.spin_s, low=0.0, high=1.0 / self.control_hz)
+        check_number("runtime.realtime_priority", self.realtime_priority, low=0, high=99, integer=True)
+        check_number("runtime.status_every_s", self.status_every_s, low=0.0)
+        check_number("runtime.stop_hold_s", self.stop_hold_s, low=0.0, high=3600.0)
+        check_number("runtime.rest_speed_scale", self.rest_speed_scale, low=0.0, high=1.0, low_open=True)
+        for i, value in enumerate(self.rest_pose or ()):
+            check_number(f"runtime.rest_pose[{i}]", value)
 
 
 class RobotIO:
@@ -83,6 +101,7 @@ class RunLog:
     compute_s: list[float] = field(default_factory=list)
     periods: list[float] = field(default_factory=list)  # measured wall-clock tick periods (real time only)
     overruns: int = 0
+    stop_reason: str | None = None  # why the run was stopped early for safety (tracking guard)
 
 
 class ControlRuntime:
@@ -97,6 +116,7 @@ class ControlRuntime:
         policy_chunk_size: int,
         use_prefix: bool = False,
         on_observation: Callable[[dict, float, np.ndarray], None] | None = None,
+        tracking: TrackingGuard | None = None,
     ):
         self.io = io
         self.inference = inference
@@ -109,6 +129,17 @@ class ControlRuntime:
         self.chunk_size = policy_chunk_size
         self.use_prefix = use_prefix
         self.on_observation = on_observation  # recording: (observation, time, last command)
+        self.tracking = tracking
+        self.rest_pose = None if cfg.rest_pose is None else np.asarray(cfg.rest_pose, dtype=np.float64)
+        if self.rest_pose is not None:
+            lower, upper = spec.lower(), spec.upper()
+            if self.rest_pose.shape != (spec.num_joints,) or np.any(
+                (self.rest_pose < lower) | (self.rest_pose > upper)
+            ):
+                raise ValueError(
+                    f"runtime.rest_pose must be {spec.num_joints} positions ({', '.join(spec.joint_names)}) "
+                    f"within the joint limits {lower.tolist()}..{upper.tolist()}, got {cfg.rest_pose}"
+                )
         self.watchdog = Watchdog(cfg.watchdog_timeout_s)
         interval = (1 - cfg.request_threshold) * policy_chunk_size * self.policy_dt
         if cfg.schedule == "async" and cfg.watchdog_timeout_s <= interval:
@@ -123,6 +154,7 @@ class ControlRuntime:
         self._sync_resume = 0.0  # sync: when the current chunk's executed part ends
         self._waiting_sync = False
         self._next_obs_time = 0.0
+        self._tick = 0
 
     # ---- lifecycle ------------------------------------------------------------------------------------
     def start(self, now: float = 0.0) -> None:
@@ -143,14 +175,37 @@ class ControlRuntime:
         v = np.abs(self.safety.state.velocity)
         return int(np.max(np.ceil(v / (self.safety.amax * self.control_dt)))) + 2
 
-    def safe_stop_step(self) -> bool:
-        """One tick of braking to a hold (Ctrl-C, errors, end of episode); False if the robot failed."""
+    def stop_ticks(self) -> Iterator[None]:
+        """The stop (end of episode, Ctrl-C, errors), one command sent per step: brake to a hold, move
+        slowly to the rest pose if one is set, then hold for `stop_hold_s`. The caller paces the steps;
+        a command that cannot be computed or sent ends it (logged)."""
         if not self.safety.started:
-            return False
+            return
+        for _ in range(self.brake_ticks()):
+            if not self._send_stop(None):
+                return
+            yield
+        if self.rest_pose is not None:
+            scale = self.cfg.rest_speed_scale
+            far = np.abs(self.rest_pose - self.safety.state.position)
+            vmax, amax = self.safety.vmax * scale, self.safety.amax
+            ticks = int(np.max(far / vmax + 2 * vmax / amax) / self.control_dt) + 10
+            for _ in range(ticks):
+                if self.safety.at_rest(self.rest_pose):
+                    break
+                if not self._send_stop(self.rest_pose, scale):
+                    return
+                yield
+        for _ in range(int(round(self.cfg.stop_hold_s * self.cfg.control_hz))):
+            if not self._send_stop(None):
+                return
+            yield
+
+    def _send_stop(self, target, speed_scale: float = 1.0) -> bool:
         try:
-            self.io.send(self.safety.filter(None))
+            self.io.send(self.safety.filter(target, speed_scale))
         except Exception as e:  # the original error (if any) is what the caller must see
-            logger.error("safe stop: could not send the braking command: %s", e)
+            logger.error("safe stop: could not send the stopping command: %s", e)
             return False
         return True
 
@@ -161,9 +216,11 @@ class ControlRuntime:
             self._accept(result, now)
 
         observation = None
-        if now + 1e-9 >= self._next_obs_time and self.on_observation is not None:
-            _, observation = self.io.observe()
-            self.on_observation(observation, now, self.safety.state.position)
+        if now + 1e-9 >= self._next_obs_time:  # at the policy rate: tracking guard and recording
+            measured, observation = self.io.observe()
+            self._check_tracking(measured)
+            if self.on_observation is not None:
+                self.on_observation(observation, now, self.safety.state.position)
             self._next_obs_time += self.policy_dt
         if not self.inference.busy and self._wants_chunk(now):
             if observation is None:
@@ -184,7 +241,22 @@ class ControlRuntime:
         log.targets.append(command if target is None else np.asarray(target, dtype=np.float64))
         log.commands.append(command)
         log.stalled.append(bool(stalled))
+        self._tick += 1
         return command
+
+    def _check_tracking(self, measured: np.ndarray) -> None:
+        """Compare the measured position with the last command sent; stop if the guard trips."""
+        if self.tracking is None:
+            return
+        reason = self.tracking.update(self._tick, measured, self.safety.state.position)
+        if reason is None:
+            return
+        logger.error("safety stop: %s", reason)
+        self.log.stop_reason = reason
+        # Hold where the arm is, not where it was told to be: a blocked joint, once freed, must not jump
+        # to a command that ran away from it.
+        self.safety.reset(measured, check_margin=False)
+        raise SafetyStop(reason)
 
     def _wants_chunk(self, now: float) -> bool:
         if self.cfg.schedule == "sync":
@@ -246,24 +318,26 @@ def run_lockstep(
     runtime: ControlRuntime, duration_s: float, stop: Callable[[], bool] | None = None
 ) -> RunLog:
     """Ticks on a virtual clock: inference delay comes from the inference object, not from wall time."""
-    runtime.start(0.0)
     n = int(round(duration_s * runtime.cfg.control_hz))
     try:
+        runtime.start(0.0)
         for tick in range(n):
             runtime.step(tick * runtime.control_dt)
             if stop is not None and stop():
                 break
     finally:
-        for _ in range(runtime.brake_ticks() if runtime.safety.started else 0):
-            if not runtime.safe_stop_step():
-                break
+        with interrupts_deferred("the safe stop"):
+            for _ in runtime.stop_ticks():
+                pass
     return runtime.log
 
 
 def run_realtime(
     runtime: ControlRuntime, duration_s: float, stop: Callable[[], bool] | None = None, status=sys.stderr
 ) -> RunLog:
-    """Ticks at `control_hz` of wall-clock time; any exception or Ctrl-C brakes the arm to a hold first."""
+    """Ticks at `control_hz` of wall-clock time; any exception, Ctrl-C or SIGTERM stops the arm first
+    (`ControlRuntime.stop_ticks`). An interrupt takes effect between two ticks (the command stream never
+    misses a tick); a second one before that escapes a hung robot call at once."""
     cfg = runtime.cfg
     period = runtime.control_dt
     # The inference thread would otherwise hold the GIL for up to 5 ms when the control tick is due.
@@ -271,40 +345,109 @@ def run_realtime(
     sys.setswitchinterval(min(old_switch, 2e-4))
     next_status = cfg.status_every_s
     old_policy = _enter_realtime_priority(cfg.realtime_priority)
-    runtime.start(0.0)
-    t0 = time.perf_counter()
-    deadline, last_start, tick = t0, None, 0
+    interrupted: list[str] = []
     try:
-        while tick * period < duration_s:
-            start = time.perf_counter()
-            if last_start is not None:
-                runtime.log.periods.append(start - last_start)
-            last_start = start
-            now = tick * period
-            runtime.step(now)
-            if stop is not None and stop():
-                break
-            if status is not None and cfg.status_every_s > 0 and now >= next_status:
-                status.write("\r" + runtime.status_line(now))
-                status.flush()
-                next_status += cfg.status_every_s
-            tick += 1
-            deadline = _wait_until(deadline + period, cfg.spin_s)
-            if time.perf_counter() - deadline > period:  # fell a whole period behind: do not burst
-                runtime.log.overruns += 1
-                deadline = time.perf_counter()
+        runtime.start(0.0)
+        deadline, last_start, tick = time.perf_counter(), None, 0
+        with interrupts_between_ticks(interrupted):
+            while tick * period < duration_s:
+                start = time.perf_counter()
+                if last_start is not None:
+                    runtime.log.periods.append(start - last_start)
+                last_start = start
+                now = tick * period
+                runtime.step(now)
+                if interrupted:
+                    raise KeyboardInterrupt(interrupted[0])
+                if stop is not None and stop():
+                    break
+                if status is not None and cfg.status_every_s > 0 and now >= next_status:
+                    status.write("\r" + runtime.status_line(now))
+                    status.flush()
+                    next_status += cfg.status_every_s
+                tick += 1
+                deadline = _wait_until(deadline + period, cfg.spin_s)
+                if time.perf_counter() - deadline > period:  # fell a whole period behind: do not burst
+                    runtime.log.overruns += 1
+                    deadline = time.perf_counter()
+            if interrupted:  # came during the last period
+                raise KeyboardInterrupt(interrupted[0])
     finally:
-        deadline = time.perf_counter()
-        for _ in range(runtime.brake_ticks() if runtime.safety.started else 0):
-            if not runtime.safe_stop_step():
-                break
-            deadline = _wait_until(deadline + period, cfg.spin_s)
-        sys.setswitchinterval(old_switch)
-        if old_policy is not None:
-            os.sched_setscheduler(0, *old_policy)
-        if status is not None and cfg.status_every_s > 0:
-            status.write("\n")
+        with interrupts_deferred("the safe stop"):
+            deadline = time.perf_counter()
+            for _ in runtime.stop_ticks():
+                deadline = _wait_until(deadline + period, cfg.spin_s)
+            sys.setswitchinterval(old_switch)
+            if old_policy is not None:
+                os.sched_setscheduler(0, *old_policy)
+            if status is not None and cfg.status_every_s > 0:
+                status.write("\n")
     return runtime.log
+
+
+@contextmanager
+def interrupts_between_ticks(received: list[str]) -> Iterator[None]:
+    """Within: a first Ctrl-C or SIGTERM is appended to `received` (the caller stops after the tick); a
+    second raises KeyboardInterrupt at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def note(signum, frame):
+        name = signal.Signals(signum).name
+        if received:
+            raise KeyboardInterrupt(name)
+        received.append(name)
+
+    old = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that `kill` stops the arm safely
+    (signals reach Python's main thread only; elsewhere this does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextmanager
+def interrupts_deferred(what: str) -> Iterator[None]:
+    """Within: Ctrl-C and SIGTERM are logged and held back, so that a second interrupt cannot cut `what`
+    short; one that came is raised (KeyboardInterrupt) once `what` is done, unless an error is already on
+    its way. `kill -9` still ends the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[str] = []
+
+    def hold_back(signum, frame):
+        name = signal.Signals(signum).name
+        received.append(name)
+        logger.warning("%s: %s must finish first (kill -9 forces an exit without it)", name, what)
+
+    old = {sig: signal.signal(sig, hold_back) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if received and sys.exc_info()[0] is None:  # (inside a `finally`, exc_info is the error on its way)
+        raise KeyboardInterrupt(received[0])
 
 
 def _enter_realtime_priority(priority: int):

@@ -38,7 +38,7 @@ from worldloop.sim.tabletop_env import ENVIRONMENT_STATE_NAMES, TabletopEnv, Tab
 class RecordingConfig:
     root: str = "outputs/datasets/tabletop_push"  # local dataset directory (must not exist unless overwrite)
     repo_id: str = "worldloop/tabletop_push"  # a name only; nothing is pushed to or pulled from the hub
-    task: str = "push"  # reach | push
+    task: str = "push"  # reach | push (the tabletop sim) | pusht (LeRobot's gym-pusht, sim/pusht.py)
     episodes: int = 50
     skill: float = 1.0  # expert skill for every episode (see sim/experts.py)
     # If set, each episode's skill is drawn uniformly from [low, high] instead: a mixture of good and bad
@@ -66,6 +66,11 @@ class RecordingConfig:
             raise ValueError(f"RecordingConfig.episodes must be >= 1, got {self.episodes}")
         if not self.root:
             raise ValueError("RecordingConfig.root must name a local directory")
+        if self.overwrite and any(Path(i).resolve() == Path(self.root).resolve() for i in self.include):
+            raise ValueError(
+                f"RecordingConfig: --overwrite=true with --include naming the root {self.root} would delete "
+                "the included dataset before reading it; write to a new --root instead"
+            )
         if self.skill_range is not None:
             if len(self.skill_range) != 2 or not 0.0 <= self.skill_range[0] <= self.skill_range[1] <= 1.0:
                 raise ValueError(
@@ -73,6 +78,17 @@ class RecordingConfig:
                     f"got {self.skill_range}"
                 )
         ExpertConfig(skill=self.skill).validate()
+        if self.task == "pusht":
+            # gym-pusht renders one camera, which the dataset names `top` (as LeRobot's pusht datasets).
+            if list(self.cameras) != ["top"]:
+                raise ValueError(
+                    f"RecordingConfig.cameras={self.cameras}: task=pusht records one camera, pass --cameras=[top]"
+                )
+            if self.policies:
+                raise ValueError(
+                    "RecordingConfig.policies: recording policies runs the tabletop sim, not task=pusht"
+                )
+            return
         self.env_config().validate()
 
     def env_config(self) -> TabletopEnvConfig:
@@ -174,6 +190,10 @@ def record_demos(cfg: RecordingConfig) -> Path:
 
 
 def _record_scripted(cfg: RecordingConfig, root: Path) -> Path:
+    if cfg.task == "pusht":
+        from worldloop.sim.pusht import record_pusht
+
+        return record_pusht(cfg, root, episode_skills(cfg))
     env = TabletopEnv(cfg.env_config())
     try:
         expert = ScriptedExpert(env)

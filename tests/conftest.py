@@ -78,7 +78,12 @@ def make_tiny_lerobot_dataset(
         for cam in cameras:
             features[image_key(cam)]["dtype"] = "video"
     ds = LeRobotDataset.create(
-        TINY_REPO_ID, fps=TABLETOP_ARM.fps, features=features, root=root, use_videos=use_videos
+        TINY_REPO_ID,
+        fps=TABLETOP_ARM.fps,
+        features=features,
+        root=root,
+        robot_type=TABLETOP_ARM.name,  # its joints: training resolves embodiment=auto to the built-in arm
+        use_videos=use_videos,
     )
     for ep, n in enumerate(lengths):
         for t in range(n):

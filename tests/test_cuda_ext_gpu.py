@@ -93,3 +93,102 @@ def test_denoise_step(backend, dtype):
     out = cuda_ext.denoise_step(x, vc, dt, backend=backend, **kwargs)
     ref = denoise_step_reference(x.float(), vc.float(), dt, vu.float(), 2.0, (-1.0, 1.0), vf.float())
     _close(out, ref, dtype)
+
+
+# FlexAttention compiles per shape and dtype (seconds each): bf16 only, the training precision.
+@pytest.mark.parametrize(
+    "implementation, dtype", [("flex", torch.bfloat16), ("triton", torch.float16), ("triton", torch.bfloat16)]
+)
+@pytest.mark.parametrize(
+    "length, frame_len, window, teacher_forced",
+    [
+        (23 * 256, 256, 9, True),
+        (15 * 100, 100, None, True),
+        (16 * 256, 256, None, False),
+        (1000, 100, 4, False),
+    ],
+)
+def test_training_attention_forward_backward(
+    dtype, implementation, length, frame_len, window, teacher_forced
+):
+    """FlexAttention (block mask from the frame rule) and our kernel against the fp32 dense-mask reference."""
+    from worldloop.cuda_ext.attention import flex_block_causal_attention
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (
+        torch.randn(2, 4, length, 64, device="cuda", dtype=dtype, generator=g).requires_grad_()
+        for _ in range(3)
+    )
+    if implementation == "flex":
+        out = flex_block_causal_attention(q, k, v, frame_len, window, teacher_forced=teacher_forced)
+    else:
+        out = cuda_ext.block_causal_attention(
+            q, k, v, frame_len, window, backend="triton", teacher_forced=teacher_forced
+        )
+    grad = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), grad)
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    ref = block_causal_attention_reference(q32, k32, v32, frame_len, window, teacher_forced=teacher_forced)
+    ref_grads = torch.autograd.grad(ref, (q32, k32, v32), grad.float())
+    _close(out, ref, dtype)
+    for got, expected in zip(grads, ref_grads):
+        _close(got, expected, dtype)
+
+
+def test_flex_does_not_recompile_when_only_the_batch_changes():
+    import torch._dynamo
+
+    from worldloop.cuda_ext.attention import flex_block_causal_attention, frame_block_mask
+
+    frame_block_mask.cache_clear()
+    for batch in (2, 3, 8, 5):
+        q, k, v = (
+            torch.randn(batch, 4, 7 * 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(3)
+        )
+        # the first batch size compiles; any other (> 1) must reuse it
+        with torch._dynamo.config.patch(error_on_recompile=batch != 2):
+            out = flex_block_causal_attention(q, k, v, 256, 3, teacher_forced=True)
+            out.float().square().mean().backward()
+    assert frame_block_mask.cache_info().misses == 1
+
+
+def _tiny_world_model(backend: str):
+    from worldloop.world_model.dit import VideoDiTConfig
+    from worldloop.world_model.model import WorldModel, WorldModelConfig
+
+    torch.manual_seed(0)
+    dit = VideoDiTConfig(
+        image_size=32, num_views=2, patch_size=8, width=128, depth=2, heads=2, context_frames=3,
+        attention_backend=backend,
+    )  # fmt: skip
+    model = WorldModel(WorldModelConfig(dit=dit, cameras=("front", "wrist"))).cuda()
+    for (
+        p
+    ) in model.dit.parameters():  # AdaLN and the output layers start at zero: make every path carry signal
+        torch.nn.init.normal_(p, std=0.05)
+    return model
+
+
+def test_world_model_auto_backend_matches_sdpa_in_bf16_training_and_cached_rollout():
+    """`attention_backend: auto` (FlexAttention for training, our kernel for the KV-cache rollout) against
+    the dense-mask reference: the bf16-autocast training loss and its gradients, and a rollout."""
+    g = torch.Generator(device="cuda").manual_seed(4)
+    frames = torch.rand(2, 6, 2, 3, 32, 32, device="cuda", generator=g)
+    actions = torch.randn(2, 6, 4, device="cuda", generator=g)
+    losses, grads, rollouts = [], [], []
+    for backend in ("auto", "sdpa"):
+        model = _tiny_world_model(backend)
+        torch.manual_seed(1)  # the same noise draws for both
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss, _ = model.compute_loss(frames, actions)
+        losses.append(loss.float())
+        grads.append(torch.autograd.grad(loss, list(model.dit.parameters())))
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        rollouts.append(
+            model.rollout(frames[:, :3], actions[:, :2], actions[:, 2:], steps=2, generator=gen)[0]
+        )
+    torch.testing.assert_close(losses[0], losses[1], atol=2e-2, rtol=2e-2)
+    for got, expected in zip(*grads):  # bf16: each parameter's gradient within 5% (relative norm)
+        assert (got.float() - expected.float()).norm() <= 0.05 * expected.float().norm() + 1e-6
+    torch.testing.assert_close(rollouts[0], rollouts[1], atol=1e-2, rtol=1e-2)

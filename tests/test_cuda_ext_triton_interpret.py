@@ -53,10 +53,23 @@ ADALN_CASES = {
 }
 # Mixed dtypes: eager PyTorch rounds intermediates such as (1 + scale) and gate * y to fp16, the kernels
 # compute them in fp32, so the two differ by about one fp16 ulp of values of order 1-4.
-CASE_TOLERANCE = {"adaln_fp32_stream_fp16_conditioning": 1e-2}
+# The DiT pass sums over many tokens and layers: float32 rounding of order 1e-6 relative.
+CASE_TOLERANCE = {"adaln_fp32_stream_fp16_conditioning": 1e-2, "dit_teacher_forced_pass_triton_vs_sdpa": 1e-4}
 DENOISE_CASES = ("euler", "cfg_per_sample_dt", "heun_cfg_clamp", "heun_clamp_bf16_shape")
+# The world model's `attention_backend: triton` (world_model/attention.py) against `sdpa`.
+WORLD_MODEL_CASES = (
+    "frame_attention_triton_backend_teacher_forced",
+    "dit_teacher_forced_pass_triton_vs_sdpa",
+)
 DISPATCH_CASES = ("env_forces_triton_through_public_api",)
-ALL_CASES = [*ATTENTION_CASES, *DECODE_CASES, *ADALN_CASES, *DENOISE_CASES, *DISPATCH_CASES]
+ALL_CASES = [
+    *ATTENTION_CASES,
+    *DECODE_CASES,
+    *ADALN_CASES,
+    *DENOISE_CASES,
+    *WORLD_MODEL_CASES,
+    *DISPATCH_CASES,
+]
 
 
 def _max_errors(got, expected) -> list[float]:
@@ -172,6 +185,44 @@ def _denoise_case(name):
     )
 
 
+def _world_model_case(name):
+    import torch
+
+    from worldloop.world_model.attention import frame_attention
+    from worldloop.world_model.dit import VideoDiT, VideoDiTConfig
+
+    g = torch.Generator().manual_seed(5)
+    if name == "frame_attention_triton_backend_teacher_forced":
+        q, k, v = (torch.randn(2, 2, 35, 16, generator=g).requires_grad_() for _ in range(3))
+        grad = torch.randn(q.shape, generator=g)
+        results = []
+        for backend in ("triton", "sdpa"):
+            out = frame_attention(q, k, v, frame_len=5, context=2, teacher_forced=True, backend=backend)
+            results.append((out, *torch.autograd.grad(out, (q, k, v), grad)))
+        if "BlockCausalAttention" not in type(results[0][0].grad_fn).__name__:
+            raise AssertionError(
+                f"backend='triton' did not run the Triton kernel (grad_fn {results[0][0].grad_fn})"
+            )
+        return _max_errors(*results)
+    # dit_teacher_forced_pass_triton_vs_sdpa: the training pass, forward and parameter gradients
+    torch.manual_seed(0)
+    cfg = VideoDiTConfig(
+        image_size=16, patch_size=8, width=32, depth=2, heads=2, context_frames=2, output_conv_channels=0
+    )
+    dit = VideoDiT(cfg)
+    for p in dit.parameters():  # AdaLN and the output layers start at zero: make every path carry signal
+        torch.nn.init.normal_(p, std=0.2)
+    x, prev = (torch.randn(2, 5, 1, 3, 16, 16, generator=g) for _ in range(2))
+    a, t = torch.randn(2, 5, 4, generator=g), torch.rand(2, 5, generator=g)
+    valid, index = torch.ones(2, 5, dtype=torch.bool), torch.tensor([0, 1, 2, 1, 2])
+    results = []
+    for backend in ("triton", "sdpa"):
+        cfg.attention_backend = backend
+        out, _ = dit(x, prev, a, valid, t, index, teacher_forced=True)
+        results.append((out, *torch.autograd.grad(out.square().mean(), list(dit.parameters()))))
+    return _max_errors(*results)
+
+
 def _dispatch_case(name):
     import torch
 
@@ -201,6 +252,8 @@ def _run_all_cases() -> dict:
             if name in ADALN_CASES
             else _denoise_case
             if name in DENOISE_CASES
+            else _world_model_case
+            if name in WORLD_MODEL_CASES
             else _dispatch_case
         )
         try:
@@ -213,7 +266,9 @@ def _run_all_cases() -> dict:
 
 @pytest.fixture(scope="module")
 def interpreter_report() -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    # The checkout first where `worldloop` resolves through PYTHONPATH (a worktree beside an editable install).
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     env.pop("WORLDLOOP_KERNELS", None)
     proc = subprocess.run(
         [sys.executable, __file__], cwd=REPO, env=env, capture_output=True, text=True, timeout=300

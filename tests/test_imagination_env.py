@@ -236,3 +236,40 @@ def test_success_prob_under_the_own_instruction_is_the_step_s_and_differs_under_
     assert other.shape == (2, 3) and not torch.allclose(other, info["success_prob"])
     with pytest.raises(ValueError, match="1 instructions for 2 episodes"):
         env.success_prob(info, ["reach the green cube"])
+
+
+def test_observe_first_frame_holds_the_start_frame_while_the_model_draws_on():
+    wm, starts = tiny_world_model(), random_starts(2, context=2)
+    drawn = WorldModelEnv(wm, WorldModelEnvConfig(horizon=6, observe="drawn"))
+    held = WorldModelEnv(wm, WorldModelEnvConfig(horizon=6, observe="first_frame"))
+    start = starts.frames["front"][:, -1].float()
+    start = start / 255 if starts.frames["front"].dtype == torch.uint8 else start
+    chunk = torch.full((2, 3, 4), 0.2)
+    for env in (drawn, held):
+        assert torch.equal(env.reset(starts, seed=3)[image_key("front")], start)
+    for _ in range(2):
+        obs_d, _, _, _, info_d = drawn.step(chunk)
+        obs_h, _, _, _, info_h = held.step(chunk)
+        # The policy sees the start frame; the frames drawn (and judged) are the same as with observe=drawn.
+        assert torch.equal(obs_h[image_key("front")], start)
+        assert torch.equal(obs_d[image_key("front")], info_d["frames"]["front"][:, -1])
+        assert torch.equal(info_h["frames"]["front"], info_d["frames"]["front"])
+        assert torch.equal(info_h["success_prob"], info_d["success_prob"])
+        assert not torch.equal(obs_d[image_key("front")], start)
+    assert held.judge()["observe"] == "first_frame"
+    with pytest.raises(ValueError, match="observe='video'"):
+        WorldModelEnv(wm, WorldModelEnvConfig(observe="video"))
+
+
+@pytest.mark.parametrize("first_frame", [False, True])
+def test_judge_configured_for_frames_never_reads_the_first_frame(first_frame):
+    env = WorldModelEnv(tiny_world_model(heads_use_first_frame=first_frame), WorldModelEnvConfig(horizon=4))
+    judge = env.judge()
+    assert judge["kind"] == ("kinematic" if first_frame else "drawn_frames")
+    assert judge["reads_first_frame"] is first_frame and judge["success_threshold"] > 0
+    env.reset(random_starts(2), seed=0)
+    # Poison the first-frame path after reset: a judge that reads it returns NaN, one that does not is unmoved.
+    env._first = torch.full_like(env._first, float("nan"))
+    _, reward, _, _, info = env.step(torch.full((2, 3, 4), 0.1))
+    assert bool(torch.isnan(info["success_prob"]).any()) is first_frame
+    assert bool(torch.isnan(reward).any()) is first_frame

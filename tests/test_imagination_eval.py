@@ -39,6 +39,7 @@ def test_imagination_eval_is_seeded_and_summarised(tmp_path):
     )
     b, _ = evaluate_in_imagination(policy, env, starts, seed=3, batch_envs=2, progress_bar=False)
     assert a["per_episode"] == b["per_episode"]
+    assert a["judge"] == env.judge() and a["judge"]["kind"] == "drawn_frames"
     assert a["episodes"] == 5 and a["successes"] == sum(r["success"] for r in a["per_episode"])
     lo, hi = a["success_ci95"]
     assert 0 <= lo <= a["success_rate"] <= hi <= 1
@@ -100,6 +101,9 @@ def test_rank_against_sim_from_the_same_starts(tmp_path, saved_models):
         assert 0 <= row["imagined"] <= 1 and 0 <= row["sim"] <= 1
         assert row["gap"] == pytest.approx(row["imagined"] - row["sim"])
     assert set(result["ranking"]) >= {"pearson", "spearman", "mmrv"}
+    for name, ci in result["ranking_ci95"].items():
+        assert ci["value"] == pytest.approx(result["ranking"][name], nan_ok=True) and ci["n_boot"] == 2000
+    assert result["judge"]["kind"] in ("drawn_frames", "kinematic")
     assert (tmp_path / "rank" / "imagined_vs_sim.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "rank" / "ranking.json").read_text())
     record = saved["policies"]["policy_0"]
@@ -317,3 +321,47 @@ def test_finetune_can_keep_the_weights_imagination_rates_best(tmp_path, saved_mo
         FinetunePolicyConfig(
             policy=PolicyPath("p"), world_model="w", eval=FinetuneEvalConfig(keep="best")
         ).validate()
+
+
+def test_observe_sim_judges_the_sims_own_frames(tmp_path, saved_models):
+    from worldloop.rl_finetune.imagination.judged_sim import JudgedSimEnv, evaluate_judged_in_sim
+    from worldloop.vla.factory import load_policy
+    from worldloop.vla.sim_evaluation import evaluate_in_sim
+    from worldloop.world_model.model import WorldModel
+
+    wm_path, policies = saved_models
+    wm = WorldModel.from_pretrained(wm_path)
+    judged = evaluate_judged_in_sim(load_policy(policies[0]), wm, 0.5, SIM, episodes=3, seed=100)
+    plain = evaluate_in_sim(load_policy(policies[0]), SIM, 3, 100, progress_bar=False)
+    assert judged["backend"] == "sim_judged" and judged["episodes"] == 3
+    for j, p in zip(judged["per_episode"], plain["per_episode"]):
+        assert j["seed"] == p["seed"] and j["sim_success"] == p["success"]  # the same sim episodes
+        assert j["length"] == SIM.max_steps or j["success"]  # not ended by the sim's own success
+        assert j["success"] == (j["max_success_prob"] > 0.5)
+    # The judge reads the frame the sim rendered: the heads on that frame, computed here by hand.
+    import gymnasium as gym
+
+    from worldloop import sim
+
+    env = JudgedSimEnv(gym.make(sim.ENV_IDS["reach"], config=SIM.env_config(16, ("front",))), wm)
+    obs, info = env.reset(seed=100)
+    obs, _, _, _, info = env.step(obs["observation.state"])
+    frame = torch.from_numpy(obs["observation.images.front"]).permute(2, 0, 1).float() / 255
+    state = torch.as_tensor(obs["observation.state"]).float()[None, None]
+    with torch.no_grad():
+        expected = wm.outcomes(wm.frames_in(frame[None, None, None]), [info["task"]], state, env._first)
+    assert info["judge_success_prob"] == pytest.approx(
+        float(torch.sigmoid(expected["success_logit"]).flatten()[0])
+    )
+    env.close()
+    # Ranking with observe=sim: the "imagination" side is the judged sim, and the result says so.
+    cfg = ImaginationEvalConfig(world_model=wm_path, horizon=4, batch_envs=2, videos=0, observe="sim")
+    result = rank_policies(
+        policies, cfg, SIM, episodes=2, seed=100, output_dir=tmp_path / "r", compare_sim=False
+    )
+    assert result["judge"]["observe"] == "sim"
+    saved = json.loads((tmp_path / "r" / "ranking.json").read_text())["policies"]["policy_0"]["imagination"]
+    assert saved["backend"] == "sim_judged"
+    assert [{k: v for k, v in e.items() if k != "video"} for e in saved["per_episode"]] == judged[
+        "per_episode"
+    ][:2]

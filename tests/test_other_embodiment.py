@@ -1,5 +1,6 @@
 """Imagination and post-training for an arm other than the built-in one: a 6-joint SO-101-shaped world
-model, policy and dataset (24x32 frames, one camera), selected by the `embodiment` option."""
+model, policy and dataset (24x32 frames, one camera). The world model's checkpoint stores the arm; an
+older checkpoint without it is named by the `embodiment` option."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ import pytest
 import torch
 
 from worldloop.common.config import ConfigError, parse_cli
-from worldloop.common.embodiment import EMBODIMENTS, SO101_ARM, TABLETOP_ARM, embodiment_by_name
+from worldloop.common.embodiment import SO101_ARM, TABLETOP_ARM, embodiment_by_name, known_embodiments
 from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key, lerobot_features
 from worldloop.data.stats import compute_stats
 from worldloop.real_robot.robots import SimRobotConfig, embodiment_for
 from worldloop.rl_finetune.imagination.evaluation import ImaginationEvalConfig
 from worldloop.rl_finetune.imagination.initial_states import dataset_starts
 from worldloop.rl_finetune.imagination.policy_ranking import load_world_model_env, rank_policies
-from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, PolicyPath
+from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, PolicyPath, finetune
 from worldloop.rl_finetune.wm_posttrain.posttrain import PosttrainConfig, run_posttraining
 from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
 from worldloop.vla.sim_evaluation import SimEvalConfig
@@ -32,14 +33,17 @@ CAMERA = "laptop"
 SIM = SimEvalConfig(task="reach", max_steps=3)
 
 
-def six_joint_world_model() -> WorldModel:
+def six_joint_world_model(stored: bool = True) -> WorldModel:
+    """`stored=False`: as a checkpoint written before embodiments were stored."""
     torch.manual_seed(0)
     dit = VideoDiTConfig(
         image_size=SIZE, patch_size=4, width=32, depth=1, heads=2, context_frames=2, output_conv_channels=8,
         action_dim=JOINTS,
     )  # fmt: skip
     idm = InverseDynamicsConfig(channels=8, state_dim=JOINTS, action_dim=JOINTS)
-    wm = WorldModel(WorldModelConfig(dit=dit, idm=idm, cameras=(CAMERA,)))
+    wm = WorldModel(
+        WorldModelConfig(dit=dit, idm=idm, cameras=(CAMERA,)), None, SO101_ARM if stored else None
+    )
     with torch.no_grad():  # zero-initialised output layers would draw one grey frame whatever the input
         for p in wm.parameters():
             if p.dim() > 1 and not p.any():
@@ -81,8 +85,9 @@ def so101(tmp_path_factory) -> dict[str, Path]:
         ds.save_episode()
     ds.finalize()
     six_joint_world_model().save_pretrained(tmp / "wm")
+    six_joint_world_model(stored=False).save_pretrained(tmp / "wm_old")
     six_joint_policy().save_pretrained(tmp / "policy")
-    return {"data": tmp / "data", "wm": tmp / "wm", "policy": tmp / "policy"}
+    return {"data": tmp / "data", "wm": tmp / "wm", "wm_old": tmp / "wm_old", "policy": tmp / "policy"}
 
 
 def test_registry_holds_one_definition_of_each_arm():
@@ -95,14 +100,36 @@ def test_registry_holds_one_definition_of_each_arm():
     assert embodiment_for(SimRobotConfig()) is TABLETOP_ARM
     with pytest.raises(ValueError, match=r"embodiment='ur5' is not a known arm.*so101_follower"):
         embodiment_by_name("ur5")
-    assert set(EMBODIMENTS) == {"worldloop_arm4", "so101_follower"}
+    assert set(known_embodiments()) == {"worldloop_arm4", "so101_follower"}
+
+
+def test_an_older_checkpoint_is_named_by_the_option(so101):
+    old = ImaginationEvalConfig(world_model=str(so101["wm_old"]), horizon=3, batch_envs=2, videos=0)
+    with pytest.raises(
+        ConfigError, match=r"stores no embodiment.*acts in 6 dims: pass --imagination.embodiment"
+    ):
+        load_world_model_env(old, SIM)
+    old.embodiment = "from_dataset"
+    with pytest.raises(
+        ConfigError, match="a dataset is read for the embodiment when the world model is trained"
+    ):
+        load_world_model_env(old, SIM)
+    old.embodiment = "worldloop_arm4"
+    with pytest.raises(ConfigError, match="'worldloop_arm4' has 4 joints but the world model acts in 6"):
+        load_world_model_env(old, SIM)
+    old.embodiment = "so101_follower"
+    assert load_world_model_env(old, SIM).embodiment is SO101_ARM
 
 
 def test_imagination_of_a_six_joint_arm_starts_from_its_dataset(so101, tmp_path):
-    default = ImaginationEvalConfig(world_model=str(so101["wm"]), horizon=3, batch_envs=2, videos=0)
-    with pytest.raises(ValueError, match="action_dim=6 but embodiment 'worldloop_arm4' has 4 joints"):
-        load_world_model_env(default, SIM)
-    cfg = ImaginationEvalConfig(**{**default.__dict__, "embodiment": "so101_follower"})
+    cfg = ImaginationEvalConfig(world_model=str(so101["wm"]), horizon=3, batch_envs=2, videos=0)
+    assert load_world_model_env(cfg, SIM).embodiment == SO101_ARM  # stored in the checkpoint: no flag
+    cfg.embodiment = "worldloop_arm4"
+    with pytest.raises(
+        ConfigError, match=r"--imagination.embodiment='worldloop_arm4' contradicts.*'so101_follower'"
+    ):
+        load_world_model_env(cfg, SIM)
+    cfg.embodiment = "so101_follower"  # the same robot: accepted
     # Without a dataset there is nowhere to start: the simulator has only the tabletop arm.
     with pytest.raises(ConfigError, match="imagination.starts_dataset"):
         rank_policies([str(so101["policy"])], cfg, SIM, 2, 0, tmp_path / "none", compare_sim=False)
@@ -126,16 +153,15 @@ def test_imagination_of_a_six_joint_arm_starts_from_its_dataset(so101, tmp_path)
     assert 0 <= result["rows"][0]["imagined"] <= 1
 
 
-def test_finetune_names_what_another_arm_needs(so101):
+def test_finetune_names_what_another_arm_needs(so101, tmp_path):
     cfg = FinetunePolicyConfig(policy=PolicyPath(str(so101["policy"])), world_model=str(so101["wm"]))
-    cfg.embodiment = "so101_follower"
-    with pytest.raises(
-        ValueError, match=r"evaluates held-out starts in the MuJoCo simulator.*--backend imagination"
-    ):
-        cfg.validate()
+    cfg.output_dir = str(tmp_path)
+    cfg.env.horizon = cfg.eval.sim.max_steps
+    with pytest.raises(ConfigError, match=r"MuJoCo simulator has only the 'worldloop_arm4' arm.*lerobot_env"):
+        finetune(cfg)
     cfg.embodiment = "ur5"
-    with pytest.raises(ValueError, match="not a known arm"):
-        cfg.validate()
+    with pytest.raises(ConfigError, match="not a known arm"):
+        finetune(cfg)
 
 
 def test_posttraining_scores_the_six_joint_arm(so101, tmp_path):
@@ -145,16 +171,15 @@ def test_posttraining_scores_the_six_joint_arm(so101, tmp_path):
         "--rollouts.min_length=4", "--rollouts.max_length=4", "--fidelity.ssim_window=7", "--train.steps=1",
         "--train.batch_size=2", "--train.report_to=none",
     ]  # fmt: skip
-    with pytest.raises(
-        ConfigError, match=r"embodiment='worldloop_arm4' has 4 joints but the world model acts in 6"
-    ):
-        run_posttraining(parse_cli(PosttrainConfig, [*args, f"--output_dir={tmp_path / 'wrong'}"]))
+    with pytest.raises(ConfigError, match=r"--embodiment='worldloop_arm4' contradicts .*'so101_follower'"):
+        run_posttraining(parse_cli(PosttrainConfig, [*args, "--embodiment=worldloop_arm4"]))
     with pytest.raises(ConfigError, match="not a known arm"):
         run_posttraining(parse_cli(PosttrainConfig, [*args, "--embodiment=ur5"]))
+    # The older checkpoint, named by the option: its post-trained export stores the arm from then on.
     out = tmp_path / "so101"
+    old = [a.replace(str(so101["wm"]), str(so101["wm_old"])) for a in args]
     final = run_posttraining(
-        parse_cli(PosttrainConfig, [*args, f"--output_dir={out}", "--embodiment=so101_follower"])
+        parse_cli(PosttrainConfig, [*old, f"--output_dir={out}", "--embodiment=so101_follower"])
     )
     assert WorldModel.from_pretrained(final).cfg.dit.action_dim == JOINTS
-    logged = (out / "0_executability" / "posttrain_config.yaml").read_text()
-    assert "embodiment: so101_follower" in logged
+    assert WorldModel.from_pretrained(final).embodiment == SO101_ARM

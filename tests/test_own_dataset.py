@@ -121,8 +121,8 @@ def test_what_cannot_work_is_named(own_root):
         EpisodeDataset(DatasetConfig(root=str(own_root), image_size=[64, 64], resize="squash"))
     with pytest.raises(DatasetError, match=r"required features \['next.reward'"):
         EpisodeDataset(DatasetConfig(root=str(own_root), require_rewards=True))
-    # The world model's default action size (4, the tabletop arm) against this 6-dim dataset.
-    wrong_action = rf"{re.escape(str(own_root))}: feature 'action' has size 6, expected 4"
+    # The world model's default state and action sizes (4, the tabletop arm) against this 6-dim dataset.
+    wrong_action = rf"{re.escape(str(own_root))}: feature 'observation.state' has size 6, expected 4"
     with pytest.raises(DatasetError, match=wrong_action):
         args = [f"--dataset.root={own_root}", "--dataset.resize=crop", "--model.cameras=[laptop]"]
         train(parse_cli(TrainWorldModelConfig, args))

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ["common", "cuda_ext", "data", "pipelines", "real_robot", "rl_finetune", "sim", "vla", "world_model"]
-NOT_SHIPPED = {".venv", "outputs", "tests", "benchmarks", "docs", "build", ".git", "configs"}
+NOT_SHIPPED = {".venv", "outputs", "tests", "benchmarks", "docs", "build", ".git"}
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,12 @@ def test_every_module_of_every_part_is_in_the_wheel(wheel):
     missing = sorted(expected - names)
     assert not missing, f"not in the wheel (list the subpackage in pyproject.toml's packages): {missing}"
     assert "worldloop/sim/assets/tabletop.xml" in names
+    # The built-in robots are data the code reads by name; the other configs stay in the repository.
+    assert {
+        "worldloop/configs/embodiment/worldloop_arm4.yaml",
+        "worldloop/configs/embodiment/so101_follower.yaml",
+    } <= names
+    assert "worldloop/configs/world_model/tiny.yaml" not in names
 
 
 def test_console_scripts_point_into_worldloop(wheel):

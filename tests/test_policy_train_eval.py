@@ -12,7 +12,7 @@ from worldloop.common.checkpoint import load_json
 from worldloop.common.config import ConfigError
 from worldloop.data.features import ACTION
 from worldloop.vla.factory import load_policy
-from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim, wilson_interval
+from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 
 TINY_POLICY = [
     "--policy.flow_vla.image_size=[16,16]",
@@ -24,17 +24,6 @@ TINY_POLICY = [
     "--policy.flow_vla.chunk_size=4",
     "--policy.flow_vla.n_action_steps=2",
 ]
-
-
-def test_wilson_interval():
-    lo, hi = wilson_interval(0, 10)
-    assert lo == 0.0 and 0.25 < hi < 0.35  # Wald would give [0, 0]
-    lo, hi = wilson_interval(5, 10)
-    assert lo < 0.5 < hi and abs((lo + hi) / 2 - 0.5) < 1e-9
-    narrow = wilson_interval(50, 100)
-    assert narrow[1] - narrow[0] < hi - lo
-    with pytest.raises(ValueError, match="n > 0"):
-        wilson_interval(0, 0)
 
 
 def test_train_policy_writes_a_loadable_policy_and_resumes(shared_tiny_dataset_root, tmp_path):

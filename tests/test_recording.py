@@ -84,6 +84,15 @@ def test_existing_root_is_an_error_unless_overwrite(tmp_path):
     assert _read(_config(tmp_path)).num_episodes == 1
 
 
+def test_overwrite_with_the_root_included_is_an_error_and_deletes_nothing(tmp_path):
+    root = tmp_path / "demos"
+    root.mkdir()
+    (root / "keep").write_text("the included dataset")
+    with pytest.raises(ValueError, match="--overwrite=true with --include naming the root"):
+        record_demos(_config(tmp_path, overwrite=True, include=[str(tmp_path / "." / "demos")]))
+    assert (root / "keep").read_text() == "the included dataset"
+
+
 def test_interrupted_recording_leaves_a_readable_dataset(tmp_path, monkeypatch):
     calls = {"n": 0}
     act = recording.ScriptedExpert.act
@@ -253,3 +262,30 @@ def test_expert_policy_and_deploy_recordings_share_the_one_writer(tmp_path, monk
         episode = recording["episodes"][0]
         assert {"episode_index", "success", "length"} <= episode.keys(), r
         assert episode["episode_index"] == 0 and episode["length"] == metas[r].total_frames, r
+
+
+def test_a_durable_recording_cut_inside_a_save_is_repaired(tmp_path):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from worldloop.data.recording import repair_recording
+
+    root = tmp_path / "run"
+    writer = EpisodeWriter(
+        root, "local/run", 10, "sim", ("a", "b"), ("front",), (8, 8), episodes=None, durable=True
+    )
+    for episode in range(2):
+        for t in range(3):
+            frame = {
+                STATE: np.full(2, 10 * episode + t, np.float32),
+                image_key("front"): np.zeros((8, 8, 3), np.uint8),
+            }
+            writer.add_frame(frame, np.zeros(2), 0.0, False, False, "push")
+        writer.end_episode(segment=episode)
+        assert LeRobotDataset("local/run", root=root).num_frames == 3 * (episode + 1)  # readable as it stands
+    # a crash inside the third save: a parquet file without its footer, info.json half written
+    (root / "data" / "chunk-000" / "file-002.parquet").write_bytes(b"PAR1 partial")
+    (root / "meta" / "info.json").write_text('{"codebase_version": ')
+    assert repair_recording(root) == ["data/chunk-000/file-002.parquet"]
+    ds = LeRobotDataset("local/run", root=root)
+    assert ds.num_episodes == 2 and [float(ds[i][STATE][0]) for i in range(6)] == [0, 1, 2, 10, 11, 12]
+    assert json.loads((root / RECORDING_META).read_text())["complete"] is False  # never closed

@@ -80,3 +80,30 @@ def test_report_renders_in_headless_chromium(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert 'data-media-ok="2/2"' in out.stdout, out.stdout[-2000:]
+
+
+def test_a_disagreement_is_shown_on_top_with_both_numbers(tmp_path):
+    import json
+
+    from worldloop.pipelines.quickstart import _ranking_metrics
+    from worldloop.rl_finetune.imagination.ranking import disagreement
+
+    def stage(imagined: dict, sim: dict, name: str) -> StageRecord:
+        # What evaluate_policy --backend imagination --compare_sim writes for one policy (ranking.json).
+        record = {"imagination": imagined, "sim": sim, "disagreement": disagreement(imagined, sim)}
+        out = tmp_path / name
+        out.mkdir()
+        (out / "ranking.json").write_text(json.dumps({"policies": {"bc": record}}))
+        return StageRecord(name, "ran", 1.0, str(out), _ranking_metrics(out))
+
+    def summary(rate: float, ci: list[float]) -> dict:
+        return {"success_rate": rate, "success_ci95": ci, "mean_progress": rate}
+
+    apart = stage(summary(0.8, [0.58, 0.92]), summary(0.1, [0.03, 0.30]), "apart")
+    close = stage(summary(0.6, [0.31, 0.83]), summary(0.1, [0.02, 0.40]), "close")
+    page = write_report(tmp_path / "r.html", "r", [apart, close], [], []).read_text()
+    warning = page[page.index("<div class='warning'>") : page.index("<h2>Stages</h2>")]
+    assert "apart" in warning and "close" not in warning
+    assert "imagination 80% (95% CI 58%-92%) vs sim 10% (95% CI 3%-30%)" in warning
+    page = write_report(tmp_path / "r.html", "r", [close], [], []).read_text()
+    assert "<div class='warning'>" not in page and "0.31-0.83" in page  # both intervals still in the table

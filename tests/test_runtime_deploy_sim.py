@@ -24,12 +24,21 @@ def test_deploy_on_the_sim_robot_with_a_slow_policy_records_a_valid_dataset(tmp_
     cfg.runtime.status_every_s = 0.0
     cfg.fuser.name = "rail"
     cfg.record.root = str(tmp_path / "run")
+    cfg.record.segment_s = 0.5  # saved every 5 frames: the run is 4-5 consecutive segments
     result = deploy(cfg, policy=SlowSmoothPolicy(latency_s=0.2))
 
     assert len(result.log.switch_times) >= 3 and result.rejections == {}
     assert all(abs(d - 0.2) < 0.15 for d in result.log.delays), result.log.delays
     ds = LeRobotDataset("local/deploy_runs", root=result.dataset_root)
-    assert ds.num_episodes == 1 and 15 <= ds.num_frames <= 22  # 10 fps for 2 s (+ the frame at t=0)
+    assert 15 <= ds.num_frames <= 22  # 10 fps for 2 s (+ the frame at t=0)
+    recording = json.loads((result.dataset_root / RECORDING_META).read_text())
+    segments = recording["episodes"]
+    assert recording["complete"] and ds.num_episodes == len(segments) >= 3
+    assert [s["segment"] for s in segments] == list(range(len(segments)))
+    assert [s["first_frame"] for s in segments] == list(np.cumsum([0] + [s["length"] for s in segments])[:-1])
+    assert (
+        all(s["length"] == 5 for s in segments[:-1]) and sum(s["length"] for s in segments) == ds.num_frames
+    )
     frame = ds[5]
     assert frame[image_key("front")].shape == (3, 32, 32) and frame[image_key("wrist")].shape == (3, 32, 32)
     actions = np.stack([ds[i][ACTION].numpy() for i in range(ds.num_frames)])
@@ -50,5 +59,6 @@ def test_a_failed_deploy_recording_drops_the_episode_and_leaves_a_finalized_data
     recorder.on_observation({**joints, "front": np.zeros((4, 4, 3), np.uint8)}, 0.1, command)  # wrong size
     with pytest.raises(RuntimeError, match=f"recording to {root} failed"):
         recorder.finish(command, success=False)
-    assert json.loads((root / RECORDING_META).read_text()) == {"complete": False, "episodes": []}
+    recording = json.loads((root / RECORDING_META).read_text())
+    assert recording["complete"] is False and recording["episodes"] == []
     assert (root / "meta" / "info.json").exists()

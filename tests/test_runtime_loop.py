@@ -11,7 +11,7 @@ from worldloop.real_robot.deploy import DeployConfig, deploy
 from worldloop.real_robot.fusion import FuserConfig, make_fuser
 from worldloop.real_robot.inference import PolicyRunner, SimulatedLatencyInference
 from worldloop.real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep
-from worldloop.real_robot.safety import SafetyLimiter
+from worldloop.real_robot.safety import SafetyLimiter, limit_violations
 
 SPEC = TABLETOP_ARM
 
@@ -151,3 +151,22 @@ def test_deploy_through_a_localhost_policy_server():
     assert len(result.log.switch_times) >= 2 and min(result.log.delays) >= 0.05
     sent = np.array(robot.sent)
     assert np.max(np.abs(sent - 0.2)) > 1e-3  # the remote chunks moved the arm
+
+
+def test_the_stop_moves_slowly_to_the_rest_pose_then_holds():
+    rest = [0.0, 0.5, 1.0, -0.5]
+    runtime, log, robot = _lockstep("rail", latency=0.1, duration=1.0, rest_pose=rest, stop_hold_s=0.2)
+    sent = np.array(robot.sent)
+    after = sent[len(log.times) :]  # the stop: brake, the move to rest, the hold
+    np.testing.assert_allclose(after[-1], rest, atol=1e-9)
+    assert np.abs(after[-20:] - after[-1]).max() < 1e-12  # 0.2 s held at rest
+    velocity = np.abs(np.diff(after, axis=0)) / 0.01
+    v_end = np.abs(log.commands[-1] - log.commands[-2]) / 0.01  # the brake takes as long as stopping that
+    braked = int(np.max(np.ceil(v_end / (SPEC.max_acceleration() * 0.01)))) + 2
+    assert np.all(velocity[braked:] <= 0.2 * SPEC.max_velocity() + 1e-9)  # rest_speed_scale 0.2
+    assert limit_violations(SPEC, 0.01, np.full(SPEC.num_joints, 0.2), sent) == []
+
+
+def test_a_rest_pose_outside_the_limits_is_a_named_error():
+    with pytest.raises(ValueError, match=r"runtime.rest_pose must be 4 positions .* within the joint limits"):
+        _lockstep("naive", latency=0.1, duration=0.1, rest_pose=[0.0, 0.0, 9.0, 0.0])

@@ -157,7 +157,9 @@ def test_bad_config_and_dataset_errors(tmp_path, tiny_lerobot_dataset):
     args = tiny_train_args(root, tmp_path / "run")
     with pytest.raises(DatasetError, match="image"):  # model is 64x64, the data 16x16
         train(parse_cli(TrainWorldModelConfig, [*args, "--model.dit.image_size=64"]))
-    with pytest.raises(DatasetError, match="dataset.cameras"):
+    with pytest.raises(
+        ConfigError, match=r"--dataset.cameras=\['wrist'\] contradicts .* cameras=\['front'\]"
+    ):
         train(parse_cli(TrainWorldModelConfig, [*args, "--dataset.cameras=[wrist]"]))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         train(parse_cli(TrainWorldModelConfig, [*args, f"--dataset.root={tmp_path / 'nope'}"]))

@@ -9,7 +9,6 @@ comes from an `EpisodeAdapter`.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Protocol
@@ -19,18 +18,8 @@ import torch
 from tqdm import tqdm
 
 from worldloop.common.rng import torch_seeded
+from worldloop.common.stats import wilson_interval
 from worldloop.vla.policy import Policy
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a binomial proportion (sane at 0 and n successes, unlike Wald's)."""
-    if n <= 0:
-        raise ValueError(f"wilson_interval needs n > 0 trials, got {n}")
-    p = successes / n
-    denom = 1 + z**2 / n
-    centre = (p + z**2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 class EpisodeAdapter(Protocol):

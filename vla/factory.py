@@ -17,11 +17,13 @@ from worldloop.vla.lerobot_adapters import (
 from worldloop.vla.lerobot_pretrained import CONFIG_FILE as LEROBOT_CONFIG_FILE
 from worldloop.vla.lerobot_pretrained import load_lerobot_policy
 from worldloop.vla.policy import Policy
+from worldloop.vla.scripted_pusher import ScriptedPusherConfig, ScriptedPusherPolicy
 
 POLICY_CLASSES: dict[str, tuple[type, type[Policy]]] = {
     "flow_vla": (FlowVLAConfig, FlowVLAPolicy),
     "act": (ACTAdapterConfig, ACTAdapter),
     "diffusion": (DiffusionAdapterConfig, DiffusionAdapter),
+    "scripted_pusher": (ScriptedPusherConfig, ScriptedPusherPolicy),
 }
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from worldloop.data.features import STATE, TASK, image_key
+from worldloop.data.images import resize_frames
 from worldloop.vla.episode_runner import run_episodes, success_summary
 from worldloop.vla.policy import Policy
 
@@ -38,6 +39,9 @@ class LeRobotEnvEvalConfig:
     videos: int = 4  # episodes recorded as mp4 (policy cameras side by side); 0 for none
     success_key: str = "is_success"  # info flag of a successful episode
     progress_key: str = ""  # info value in [0, 1] whose last value is the progress; "" uses the max reward
+    # How env images of another size than the policy's `image_size` reach it: crop (centre-crop to its
+    # aspect ratio, then resize) | stretch | "" (an error): as the policy's training data was resized.
+    resize: str = "crop"
 
 
 @dataclass
@@ -126,17 +130,23 @@ def camera_mapping(cfg: LeRobotEnvEvalConfig, observation: dict, policy_cameras:
     return mapping
 
 
-def _policy_batch(observations: list[dict], mapping: dict, state_key: str, task: str, device) -> dict:
+def _policy_batch(
+    observations: list[dict], mapping: dict, cfg: LeRobotEnvEvalConfig, task: str, size, device
+) -> dict:
+    """The policy's batch; images resized to `size` ([H, W] the policy reads, None: as rendered)."""
     flat = [_flatten(o) for o in observations]
-    batch = {
-        image_key(camera): torch.from_numpy(np.stack([f[key] for f in flat]))
-        .to(device)
-        .permute(0, 3, 1, 2)
-        .float()
-        .div_(255.0)
-        for key, camera in mapping.items()
-    }
-    batch[STATE] = torch.from_numpy(np.stack([np.asarray(f[state_key]) for f in flat])).to(device).float()
+    batch = {}
+    for key, camera in mapping.items():
+        images = torch.from_numpy(np.stack([f[key] for f in flat])).permute(0, 3, 1, 2)
+        if size is not None and tuple(images.shape[-2:]) != size:
+            if not cfg.resize:
+                raise ValueError(
+                    f"env image {key!r} is {images.shape[-2]}x{images.shape[-1]} but the policy reads "
+                    f"{size[0]}x{size[1]} and --env.resize is off: set it to crop or stretch"
+                )
+            images = resize_frames(images, size, cfg.resize)
+        batch[image_key(camera)] = images.to(device).float().div_(255.0)
+    batch[STATE] = torch.from_numpy(np.stack([np.asarray(f[cfg.state_key]) for f in flat])).to(device).float()
     batch[TASK] = [task] * len(observations)
     return batch
 
@@ -149,6 +159,7 @@ class _LeRobotEpisodes:
     cfg: LeRobotEnvEvalConfig
     mapping: dict
     task: str
+    size: tuple[int, int] | None  # [H, W] the policy reads, or None when it declares none
     device: str | torch.device
 
     def first_record(self, seed: int, reset_info: dict) -> dict:
@@ -162,7 +173,7 @@ class _LeRobotEpisodes:
         }
 
     def policy_batch(self, observations: list[dict], records: list[dict]) -> dict:
-        return _policy_batch(observations, self.mapping, self.cfg.state_key, self.task, self.device)
+        return _policy_batch(observations, self.mapping, self.cfg, self.task, self.size, self.device)
 
     def update(self, record: dict, reward: float, info: dict) -> None:
         record["sum_reward"] += reward
@@ -176,6 +187,33 @@ class _LeRobotEpisodes:
     def video_frame(self, observation: dict) -> np.ndarray:
         flat = _flatten(observation)
         return np.concatenate([flat[key] for key in self.mapping], axis=1)
+
+
+def _image_size(policy: Policy) -> tuple[int, int] | None:
+    """The [H, W] a policy was trained at (`config.image_size`; LeRobot's own policies declare none)."""
+    size = tuple(getattr(policy.config, "image_size", ()) or ())
+    return (int(size[0]), int(size[1])) if len(size) == 2 and all(size) else None
+
+
+def first_observations(
+    cfg: LeRobotEnvEvalConfig, seeds: list[int], cameras: tuple[str, ...]
+) -> tuple[list[dict], str]:
+    """The env's reset observation for each seed (what `evaluate_in_lerobot_env` with the same seeds starts
+    from; nothing is stepped), keyed as a dataset frame: `observation.images.<camera>` (uint8 HxWx3, fed to
+    `cameras` as `cfg.cameras` maps them) and `observation.state`; and the instruction its episodes get."""
+    spec = env_spec(cfg)
+    env = make_env(spec, cfg.max_steps)
+    try:
+        observations, mapping = [], None
+        for seed in seeds:
+            flat = _flatten(env.reset(seed=int(seed))[0])
+            mapping = mapping or camera_mapping(cfg, flat, cameras)
+            frame = {image_key(camera): flat[key] for key, camera in mapping.items()}
+            frame[STATE] = np.asarray(flat[cfg.state_key], dtype=np.float32)
+            observations.append(frame)
+    finally:
+        env.close()
+    return observations, cfg.task or spec.gym_id
 
 
 def evaluate_in_lerobot_env(
@@ -205,7 +243,7 @@ def evaluate_in_lerobot_env(
         results, seconds = run_episodes(
             policy,
             envs,
-            _LeRobotEpisodes(cfg, mapping, task, device),
+            _LeRobotEpisodes(cfg, mapping, task, _image_size(policy), device),
             episodes,
             seed,
             cfg.videos,

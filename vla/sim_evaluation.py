@@ -13,9 +13,6 @@ import torch
 
 from worldloop.data.features import STATE, TASK, image_key
 from worldloop.vla.episode_runner import run_episodes, success_summary
-from worldloop.vla.episode_runner import (
-    wilson_interval as wilson_interval,  # imported from here by other modules
-)
 from worldloop.vla.policy import Policy
 
 
@@ -58,7 +55,7 @@ def _policy_batch(observations: list[dict], tasks: list[str], cameras: tuple[str
 
 
 @dataclass
-class _TabletopEpisodes:
+class TabletopEpisodes:
     """`EpisodeAdapter` of the tabletop envs: the task comes from reset, success and progress from info."""
 
     cameras: tuple[str, ...]
@@ -103,7 +100,7 @@ def evaluate_in_sim(
         results, seconds = run_episodes(
             policy,
             envs,
-            _TabletopEpisodes(cameras, device),
+            TabletopEpisodes(cameras, device),
             episodes,
             seed,
             cfg.videos,

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from worldloop import cuda_ext
-from worldloop.world_model.attention import BACKENDS, frame_attention
+from worldloop.world_model.attention import check_backend, frame_attention
 
 
 @dataclass
@@ -48,7 +48,9 @@ class VideoDiTConfig:
     # A small full-resolution convolution on the output and the previous frame (0 disables it): it removes
     # patch seams and, as the tokens cannot, cleans pixel-level errors carried in through the residual.
     output_conv_channels: int = 32
-    attention_backend: str = "sdpa"  # sdpa | xformers | cuda_ext
+    # auto | sdpa | flex | triton (world_model/attention.py): auto runs FlexAttention for training and our
+    # Triton kernel for rollouts on CUDA, the dense-mask SDPA reference elsewhere.
+    attention_backend: str = "auto"
 
     def validate(self) -> None:
         if self.image_size % self.patch_size:
@@ -59,8 +61,7 @@ class VideoDiTConfig:
             raise ValueError(
                 f"dit.width={self.width} must split into dit.heads={self.heads} heads of even size"
             )
-        if self.attention_backend not in BACKENDS:
-            raise ValueError(f"dit.attention_backend={self.attention_backend!r}; expected one of {BACKENDS}")
+        check_backend(self.attention_backend)
         if self.residual_to_previous_frame and not self.condition_on_previous_frame:
             raise ValueError("dit.residual_to_previous_frame needs dit.condition_on_previous_frame")
         if self.context_frames < 1:

@@ -20,6 +20,7 @@ from torch import nn
 
 from worldloop.common.checkpoint import load_model_weights, save_tensors
 from worldloop.common.config import load_config, save_config
+from worldloop.common.embodiment import EmbodimentSpec, load_embodiment_file, write_embodiment
 from worldloop.data.features import ACTION, STATE
 from worldloop.data.stats import Normalizer, Stats, load_stats, save_stats
 from worldloop.world_model import flow
@@ -110,6 +111,14 @@ class WorldModelConfig:
     action_dropout: float = 0.0  # > 0 trains the unconditional model for classifier-free guidance
     head_loss_weight: float = 0.1
     idm_loss_weight: float = 1.0
+    # How the training dataset's frames were brought to the model's size (DatasetConfig.resize: "", crop,
+    # stretch); set by training, read by every later stage that opens a dataset for this model.
+    dataset_resize: str = ""
+
+    @property
+    def frame_size(self) -> int:
+        """The side of the square frames the model reads and draws (pixels, before any autoencoder)."""
+        return self.autoencoder.image_size if self.autoencoder.path else self.dit.image_size
 
     def validate(self) -> None:
         self.dit.validate()
@@ -168,15 +177,30 @@ def identity_stats(action_dim: int, state_dim: int) -> Stats:
     }
 
 
+EMBODIMENT_FILE = "embodiment.yaml"  # in a checkpoint directory: the robot the model was trained for
+
+
 class WorldModel(nn.Module):
-    def __init__(self, cfg: WorldModelConfig, stats: dict | None = None):
+    def __init__(
+        self, cfg: WorldModelConfig, stats: dict | None = None, embodiment: EmbodimentSpec | None = None
+    ):
+        """`embodiment`: the robot the model acts for (saved with it); None for a model built before a
+        dataset is known, or loaded from a checkpoint written before embodiments were stored."""
         super().__init__()
         cfg.validate()
         self.cfg = cfg
+        self.embodiment = embodiment
+        if embodiment is not None:
+            for what, dim in (("dit.action_dim", cfg.dit.action_dim), ("idm.state_dim", cfg.idm.state_dim)):
+                if dim != embodiment.num_joints:
+                    raise ValueError(
+                        f"world model {what}={dim} but embodiment {embodiment.name!r} has "
+                        f"{embodiment.num_joints} joints"
+                    )
         self.dit = VideoDiT(cfg.dit)
         self.heads = OutcomeHeads(cfg.heads, cfg.dit.num_views, cfg.idm.state_dim)
         self.codec = FrameCodec(cfg.autoencoder)
-        self.pixel_size = cfg.autoencoder.image_size if self.codec.latent else cfg.dit.image_size
+        self.pixel_size = cfg.frame_size
         if self.codec.latent and self.codec.latent_shape() != (cfg.dit.channels, cfg.dit.image_size):
             c, size = self.codec.latent_shape()
             raise ValueError(
@@ -852,6 +876,8 @@ class WorldModel(nn.Module):
         save_config(self.cfg, path / "config.yaml")
         save_tensors(self.state_dict(), path / "model.safetensors")
         save_stats(self.stats, path / "stats.json")
+        if self.embodiment is not None:
+            write_embodiment(self.embodiment, path / EMBODIMENT_FILE)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu") -> WorldModel:
@@ -859,6 +885,8 @@ class WorldModel(nn.Module):
         if not (path / "config.yaml").is_file():
             raise FileNotFoundError(f"{path} is not a world-model checkpoint: config.yaml is missing")
         cfg = load_config(WorldModelConfig, path / "config.yaml")
-        model = cls(cfg, load_stats(path / "stats.json"))
+        stored = path / EMBODIMENT_FILE
+        embodiment = load_embodiment_file(stored) if stored.is_file() else None
+        model = cls(cfg, load_stats(path / "stats.json"), embodiment)
         load_model_weights(model, path / "model.safetensors")
         return model.to(device).eval()

@@ -17,14 +17,17 @@ from accelerate import PartialState
 from torch.utils.data import ConcatDataset
 
 from worldloop.common.checkpoint import atomic_directory, load_matching_weights, save_json
-from worldloop.common.config import load_config
+from worldloop.common.config import ConfigError, load_config
+from worldloop.common.embodiment import EmbodimentSpec, load_embodiment_file
 from worldloop.common.training import TrainLoopConfig, run_training
 from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
+from worldloop.data.embodiment import AUTO, DEFAULT_MARGIN, embodiment_for_dataset
 from worldloop.data.stats import dataset_stats, load_stats
 from worldloop.data.windows import WorldModelWindows
+from worldloop.world_model.checkpoint_inputs import dataset_config_for
 from worldloop.world_model.imagined_windows import ImaginedWindows
 from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, summarize
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.model import EMBODIMENT_FILE, WorldModel, WorldModelConfig
 from worldloop.world_model.success_calibration import calibrate_success_threshold
 from worldloop.world_model.visualize import horizon_plot, side_by_side_video
 
@@ -46,6 +49,11 @@ class TrainWorldModelConfig:
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     window: int = 6  # frames per training window
+    # The robot the model is for, stored in its checkpoint for every later stage: "auto" (the built-in spec
+    # named by the dataset's robot_type, else from_dataset), "from_dataset" (names, limits and fps derived
+    # from the dataset, data/embodiment.py), a built-in name (configs/embodiment/) or a YAML file.
+    embodiment: str = AUTO
+    embodiment_margin: float = DEFAULT_MARGIN  # from_dataset: share of the recorded range added on each side
     output_dir: str = "outputs/world_model/tiny"
     resume: bool = False
     # Start from this world model's weights (a pretrained_model/ directory) instead of random ones: to
@@ -73,16 +81,26 @@ class TrainWorldModelConfig:
 
 
 def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
-    """The dataset with the model's cameras, image size and action size enforced (errors name the field)."""
-    ds_cfg = cfg.dataset
-    cameras = list(cfg.model.cameras)
-    if ds_cfg.cameras and list(ds_cfg.cameras) != cameras:
-        raise DatasetError(f"dataset.cameras={ds_cfg.cameras} differs from model.cameras={cameras}")
-    ds_cfg.cameras = cameras
-    size = cfg.model.autoencoder.image_size if cfg.model.autoencoder.path else cfg.model.dit.image_size
-    ds_cfg.image_size = [size, size]
-    ds_cfg.action_dim = cfg.model.dit.action_dim
-    return EpisodeDataset(ds_cfg)
+    """The dataset with the model's cameras, frame size, state and action sizes enforced (errors name the
+    field); the model records the resize its frames go through."""
+    dataset = EpisodeDataset(dataset_config_for(cfg.model, cfg.dataset))
+    cfg.model.dataset_resize = cfg.dataset.resize
+    return dataset
+
+
+def training_embodiment(cfg: TrainWorldModelConfig, stored: EmbodimentSpec | None) -> EmbodimentSpec:
+    """The embodiment the trained model is for: `cfg.embodiment` resolved on the dataset, or, with
+    `embodiment=auto` and a starting model (`init_from`) that stores one, that one. An explicit value that
+    differs from the starting model's is an error naming both."""
+    if stored is not None and cfg.embodiment == AUTO:
+        return stored
+    spec = embodiment_for_dataset(cfg.embodiment, cfg.dataset.root, cfg.embodiment_margin)
+    if stored is not None and spec != stored:
+        raise ConfigError(
+            f"--embodiment={cfg.embodiment!r} gives {spec.name!r}, but init_from={cfg.init_from} was trained "
+            f"for {stored.name!r} ({'; '.join(spec.differences(stored))})"
+        )
+    return spec
 
 
 def held_out_windows(dataset: EpisodeDataset, episodes: list[int], cfg: EvalConfig) -> HeldOutWindows | None:
@@ -138,12 +156,18 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         model = WorldModel.from_pretrained(cfg.init_from)
         cfg.model = model.cfg  # the dataset is read as this model sees it
         dataset = open_dataset(cfg)
+        model.embodiment = training_embodiment(cfg, model.embodiment)
         episodes = dataset.split()[1] if cfg.dataset.held_out_fraction > 0 else dataset.episode_indices
         calibrate_exported(model, dataset, episodes, Path(cfg.output_dir))
         return model
     if cfg.freeze_heads:
         cfg.model.heads = load_config(WorldModelConfig, Path(cfg.init_from) / "config.yaml").heads
     dataset = open_dataset(cfg)
+    stored = Path(cfg.init_from, EMBODIMENT_FILE) if cfg.init_from else None
+    embodiment = training_embodiment(
+        cfg, load_embodiment_file(stored) if stored and stored.is_file() else None
+    )
+    print(f"embodiment: {embodiment.name} ({embodiment.num_joints} joints, {embodiment.fps} fps)")
     train_eps, held_eps = dataset.split()
     # Heads fitted on a frozen model must see inputs normalised as the model was trained.
     stats = (
@@ -151,7 +175,7 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         if cfg.heads_only
         else dataset_stats(dataset, train_eps)
     )
-    model = WorldModel(cfg.model, stats)
+    model = WorldModel(cfg.model, stats, embodiment)
     # heads_only loads the frozen model on resume too: the rollouts the heads fit on are drawn before the
     # checkpoint's (identical) weights are restored.
     if cfg.init_from and (not cfg.resume or cfg.heads_only):

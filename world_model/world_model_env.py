@@ -1,6 +1,6 @@
 """A batched, gymnasium-style imagination env over a trained world model.
 
-    env = WorldModelEnv(world_model, WorldModelEnvConfig(horizon=50), embodiment=TABLETOP_ARM)
+    env = WorldModelEnv(world_model, WorldModelEnvConfig(horizon=50))   # the model's own embodiment
     obs = env.reset(initial_states, seed=0)           # from dataset episodes or live sim frames
     obs, reward, terminated, truncated, info = env.step(action_chunk)   # [B, K, A] joint targets
 
@@ -27,10 +27,13 @@ from dataclasses import dataclass
 
 import torch
 
-from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec
+from worldloop.common.embodiment import EmbodimentSpec
 from worldloop.data.dataset import EpisodeDataset
 from worldloop.data.features import STATE, TASK, image_key
+from worldloop.world_model.checkpoint_inputs import embodiment_of
 from worldloop.world_model.model import WorldModel
+
+OBSERVE_MODES = ("drawn", "first_frame")
 
 
 @dataclass
@@ -42,8 +45,14 @@ class WorldModelEnvConfig:
     # heads.success_threshold.
     success_threshold: float = 0.0
     terminate_on_success: bool = True  # an env that succeeded stops earning reward (as the sim's envs)
+    # What the policy sees: "drawn" (the frames the world model draws) or "first_frame" (the start frame,
+    # held for the whole episode). The world model draws, and the judge reads, the drawn frames either way:
+    # "first_frame" is the ablation that measures what the drawn video adds to the policy's decisions.
+    observe: str = "drawn"
 
     def validate(self) -> None:
+        if self.observe not in OBSERVE_MODES:
+            raise ValueError(f"WorldModelEnvConfig.observe={self.observe!r}: expected one of {OBSERVE_MODES}")
         if self.horizon < 1:
             raise ValueError(f"WorldModelEnvConfig.horizon={self.horizon} must be >= 1")
         if self.sampler_steps < 0:
@@ -101,18 +110,22 @@ class WorldModelEnv:
         self,
         world_model: WorldModel,
         config: WorldModelEnvConfig | None = None,
-        embodiment: EmbodimentSpec = TABLETOP_ARM,
+        embodiment: EmbodimentSpec | None = None,
     ):
+        """`embodiment`: the robot whose limits the imagined state keeps; None -> the one the world model's
+        checkpoint stores (`checkpoint_inputs.embodiment_of`)."""
         self.config = config or WorldModelEnvConfig()
         self.config.validate()
         self.world_model = world_model.eval()
+        embodiment = embodiment or embodiment_of(world_model)
         self.embodiment = embodiment
         dit = world_model.cfg.dit
-        if dit.action_dim != embodiment.num_joints:
-            raise ValueError(
-                f"world model action_dim={dit.action_dim} but embodiment {embodiment.name!r} has "
-                f"{embodiment.num_joints} joints"
-            )
+        for what, dim in (("action_dim", dit.action_dim), ("state_dim", world_model.cfg.idm.state_dim)):
+            if dim != embodiment.num_joints:
+                raise ValueError(
+                    f"world model {what}={dim} but embodiment {embodiment.name!r} has "
+                    f"{embodiment.num_joints} joints"
+                )
         self.cameras = tuple(world_model.cfg.cameras)
         self.success_threshold = self.config.success_threshold or world_model.cfg.heads.success_threshold
         self.context_frames = dit.context_frames
@@ -127,7 +140,7 @@ class WorldModelEnv:
     def reset(self, initial: InitialStates, seed: int = 0) -> dict:
         """Start B episodes from `initial`; `seed` fixes every random draw of the episode."""
         b = initial.batch_size
-        size = self.world_model.cfg.dit.image_size
+        size = self.world_model.cfg.frame_size
         missing = [c for c in self.cameras if c not in initial.frames]
         if missing:
             raise KeyError(
@@ -156,6 +169,8 @@ class WorldModelEnv:
             raise ValueError(f"initial task: expected {b} instructions, got {len(initial.task)}")
         # The real frame the episode starts from, for outcome heads that read it (heads.use_first_frame).
         self._first = frames[:, 0]
+        # The start frame the policy keeps seeing with observe="first_frame".
+        self._held = frames[:, -1]
         # The DiT attends to `context_frames` earlier frames: older ones (and their actions) are dropped.
         self._frames = frames[:, -self.context_frames :]
         kept = self._frames.shape[1]
@@ -169,7 +184,7 @@ class WorldModelEnv:
         return self._observation()
 
     def _observation(self) -> dict:
-        last = self._frames[:, -1]
+        last = self._held if self.config.observe == "first_frame" else self._frames[:, -1]
         obs = {image_key(cam): last[:, v] for v, cam in enumerate(self.cameras)}
         obs[STATE] = self._state.clone()
         obs[TASK] = list(self._task)
@@ -255,6 +270,21 @@ class WorldModelEnv:
             "active": active,
         }
         return self._observation(), reward, terminated, truncated, info
+
+    def judge(self) -> dict:
+        """What decides success and progress here, for every result to name: the outcome heads' inputs and
+        the threshold. kind "kinematic" when the heads read the real first frame (with the integrated joint
+        states): the drawn frames then do not decide the verdict. kind "drawn_frames" when they read only
+        the frames the world model draws (and the joint state)."""
+        heads = self.world_model.cfg.heads
+        return {
+            "kind": "kinematic" if heads.use_first_frame else "drawn_frames",
+            "reads_drawn_frame": heads.use_frame,
+            "reads_first_frame": heads.use_first_frame,
+            "reads_state": heads.use_state,
+            "success_threshold": float(self.success_threshold),
+            "observe": self.config.observe,
+        }
 
     @torch.no_grad()
     def success_prob(self, info: dict, task: list[str]) -> torch.Tensor:

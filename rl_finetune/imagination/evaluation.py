@@ -20,12 +20,16 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.common.rng import torch_seeded
+from worldloop.common.stats import wilson_interval
 from worldloop.data.features import image_key
 from worldloop.vla.policy import Policy
-from worldloop.vla.sim_evaluation import wilson_interval
-from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
+from worldloop.world_model.world_model_env import (
+    OBSERVE_MODES,
+    InitialStates,
+    WorldModelEnv,
+    WorldModelEnvConfig,
+)
 
 
 @dataclass
@@ -36,18 +40,28 @@ class ImaginationEvalConfig:
     success_threshold: float = 0.0  # 0 -> the world model's calibrated heads.success_threshold
     batch_envs: int = 10  # episodes imagined together
     videos: int = 4  # episodes written as mp4; 0 for none
-    # The arm the world model acts for (a name in common/embodiment.py): the imagined servo state's limits.
-    embodiment: str = TABLETOP_ARM.name
+    # The robot whose limits the imagined servo state keeps: "" -> the one the world model's checkpoint
+    # stores; a built-in name or YAML file must agree with it (or name it for an older checkpoint).
+    embodiment: str = ""
     # "" -> episodes start from simulator resets (the tabletop arm only); else a LeRobotDataset v3 directory
     # whose first `episodes` episodes give the first frames (no simulator: --compare-sim is not possible).
     starts_dataset: str = ""
     starts_resize: str = ""  # dataset frames of another size than the world model's: crop | stretch
+    # What the policy sees: drawn (the imagined frames) | first_frame (the start frame held: the ablation
+    # that measures what the drawn video adds; the judge reads the drawn frames either way) | sim (ranking
+    # only: the policy acts in the simulator and the judge reads its frames, the judge's upper bound).
+    observe: str = "drawn"
 
     def env_config(self, sim_max_steps: int) -> WorldModelEnvConfig:
+        if self.observe not in (*OBSERVE_MODES, "sim"):
+            raise ValueError(
+                f"imagination.observe={self.observe!r}: expected one of {(*OBSERVE_MODES, 'sim')}"
+            )
         return WorldModelEnvConfig(
             horizon=self.horizon or sim_max_steps,
             sampler_steps=self.sampler_steps,
             success_threshold=self.success_threshold,
+            observe="drawn" if self.observe == "sim" else self.observe,
         )
 
 
@@ -93,6 +107,7 @@ def imagine_episodes(
         clips = [[to_video_frame(first, env.cameras, i)] for i in range(min(record, b))]
         length = torch.zeros(b, dtype=torch.long)
         max_prob = torch.zeros(b)
+        max_reward = torch.zeros(b)  # the reward head, clipped to [0, 1], at its best active step
         # The imagined joint states row by row, also after a row's episode ended: the batch runs on until
         # every row has ended, and where the arm went next is what judging by the state needs (the success
         # head may end an episode before the arm gets there, or wrongly).
@@ -108,6 +123,7 @@ def imagine_episodes(
             prob = info["success_prob"].cpu()
             probs.append(prob)
             max_prob = torch.maximum(max_prob, (prob * active).max(1).values)
+            max_reward = torch.maximum(max_reward, (info["rewards"].cpu().clamp(0, 1) * active).max(1).values)
             frames = info["frames"]
             for i, clip in enumerate(clips):
                 steps = frames[env.cameras[0]].shape[1]
@@ -123,6 +139,7 @@ def imagine_episodes(
             "progress": float(env.progress[i]),
             "length": int(length[i]),
             "max_success_prob": float(max_prob[i]),
+            "max_reward": float(max_reward[i]),  # LeRobot's episode metric, from the reward head
             "joint_states": torch.stack(paths[i]).tolist(),  # [batch steps + 1, J]: where the arm went
             "success_probs": step_probs[i].tolist(),  # [batch steps]: the heads' verdict on each
         }
@@ -182,6 +199,8 @@ def evaluate_in_imagination(
     bar.close()
     summary = summarize(results, "imagination", time.perf_counter() - start_time)
     summary["imagined_env_steps"] = int(sum(r["length"] for r in results))
+    summary["mean_max_reward"] = float(np.mean([r["max_reward"] for r in results]))
+    summary["judge"] = env.judge()
     if video_dir is not None:
         for i, clip in enumerate(clips):
             tag = "success" if results[i]["success"] else "failure"

@@ -4,8 +4,8 @@ world model (and in the simulator from the very same initial states), rank them,
 Initial states are simulator resets with the evaluation seeds (rendered, never stepped), so episode i of
 the imagination run and episode i of the simulator run start from the same layout, arm pose and
 instruction. Simulator physics steps are counted (`rl_finetune.sim_steps`): the imagination run uses none.
-For an arm the simulator does not have (`--imagination.embodiment`), episodes start from the first frames
-of a dataset's episodes (`--imagination.starts_dataset`) and are imagined only.
+For a robot the simulator does not have (the world model's stored embodiment), episodes start from the first
+frames of a dataset's episodes (`--imagination.starts_dataset`) and are imagined only.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from worldloop.common.checkpoint import save_json
 from worldloop.common.config import ConfigError
-from worldloop.common.embodiment import TABLETOP_ARM, embodiment_by_name
+from worldloop.common.run_record import print_table
 from worldloop.rl_finetune.imagination.evaluation import (
     ImaginationEvalConfig,
     evaluate_in_imagination,
@@ -25,11 +25,13 @@ from worldloop.rl_finetune.imagination.evaluation import (
     write_video,
 )
 from worldloop.rl_finetune.imagination.initial_states import dataset_starts, sim_starts
-from worldloop.rl_finetune.imagination.ranking import ranking_report
+from worldloop.rl_finetune.imagination.judged_sim import evaluate_judged_in_sim
+from worldloop.rl_finetune.imagination.ranking import disagreement, ranking_cis, ranking_report
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.sim.tabletop_env import TabletopEnv
 from worldloop.vla.factory import load_policy
 from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
+from worldloop.world_model.checkpoint_inputs import embodiment_of
 from worldloop.world_model.model import WorldModel
 from worldloop.world_model.success_calibration import CANDIDATES
 from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
@@ -60,11 +62,9 @@ def load_world_model_env(
 ) -> WorldModelEnv:
     if not cfg.world_model:
         raise ValueError("--imagination.world_model is required: a directory written by train_world_model.py")
-    return WorldModelEnv(
-        WorldModel.from_pretrained(cfg.world_model, device),
-        cfg.env_config(sim_cfg.max_steps),
-        embodiment=embodiment_by_name(cfg.embodiment),
-    )
+    world_model = WorldModel.from_pretrained(cfg.world_model, device)
+    embodiment = embodiment_of(world_model, cfg.embodiment, "imagination.embodiment")
+    return WorldModelEnv(world_model, cfg.env_config(sim_cfg.max_steps), embodiment=embodiment)
 
 
 def evaluation_starts(
@@ -73,13 +73,7 @@ def evaluation_starts(
     """Dataset starts with `cfg.starts_dataset`, else sim resets (which only the tabletop arm has)."""
     if cfg.starts_dataset:
         return dataset_starts(env, cfg.starts_dataset, episodes, cfg.starts_resize)
-    if env.embodiment.name != TABLETOP_ARM.name:
-        raise ConfigError(
-            f"imagination.embodiment={env.embodiment.name!r}: the simulator has only the "
-            f"{TABLETOP_ARM.name!r} arm, so start states cannot come from its resets; pass "
-            "--imagination.starts_dataset=<a LeRobotDataset of this arm>"
-        )
-    return sim_starts(env, sim_cfg, episodes, seed)
+    return sim_starts(env, sim_cfg, episodes, seed, hint="--imagination.starts_dataset=<a dataset of it>")
 
 
 def evaluate_one(
@@ -90,22 +84,44 @@ def evaluate_one(
     seed: int,
     output_dir: Path,
     device: str,
-    sim_cfg: SimEvalConfig | None,
+    sim_cfg: SimEvalConfig,
+    compare_sim: bool,
 ) -> dict:
-    """Imagination (and, with `sim_cfg`, simulator) evaluation of one policy from `starts`."""
+    """Imagination (and, with `compare_sim`, simulator) evaluation of one policy from `starts`.
+
+    With `im_cfg.observe == "sim"` the "imagination" side is the judge's upper bound instead: the policy acts
+    in the simulator from the same resets and the world model's judge reads the sim's frames."""
     policy = load_policy(policy_path, device)
     with count_sim_steps() as counter:
-        imagined, clips = evaluate_in_imagination(
-            policy, env, starts, seed, im_cfg.batch_envs, output_dir, im_cfg.videos
-        )
+        if im_cfg.observe == "sim":
+            imagined = evaluate_judged_in_sim(
+                policy,
+                env.world_model,
+                env.success_threshold,
+                sim_cfg,
+                starts.batch_size,
+                seed,
+                output_dir,
+                device,
+            )
+            clips = []
+        else:
+            imagined, clips = evaluate_in_imagination(
+                policy, env, starts, seed, im_cfg.batch_envs, output_dir, im_cfg.videos
+            )
     imagined["sim_steps"] = counter.steps
+    imagined["judge"] = {**env.judge(), "observe": im_cfg.observe}
     record = {"policy": policy_path, "imagination": imagined}
-    if sim_cfg is not None:
+    if compare_sim:
         with count_sim_steps() as counter:
             simulated = evaluate_in_sim(policy, sim_cfg, starts.batch_size, seed, output_dir, device)
         simulated["sim_steps"] = counter.steps
         record["sim"] = simulated
-        imagined["success_rate_by_state"] = success_by_imagined_states(imagined["per_episode"], sim_cfg, seed)
+        record["disagreement"] = disagreement(imagined, simulated)  # None when the 95% intervals overlap
+        if im_cfg.observe != "sim":
+            imagined["success_rate_by_state"] = success_by_imagined_states(
+                imagined["per_episode"], sim_cfg, seed
+            )
         _write_side_by_side(simulated, clips, output_dir, env.embodiment.fps)
     return record
 
@@ -166,6 +182,7 @@ def _row(name: str, rec: dict) -> dict:
                 "sim_ci": f"{sim['success_ci95'][0]:.2f}-{sim['success_ci95'][1]:.2f}",
                 "sim_progress": sim["mean_progress"],
                 "gap": im["success_rate"] - sim["success_rate"],
+                "intervals": "disjoint" if rec["disagreement"] else "overlap",
                 "imagined_by_state": im.get("success_rate_by_state"),
                 "sim_s": sim["seconds"],
             }
@@ -230,17 +247,33 @@ def rank_policies(
             "compared episodes must last as long"
         )
     starts = evaluation_starts(env, im_cfg, sim_cfg, episodes, seed)
-    names = _short_names(policy_paths)
+    names = short_names(policy_paths)
     records, rows = {}, []
     t0 = time.perf_counter()
     for name, path in zip(names, policy_paths):
-        sim_eval = sim_cfg if compare_sim else None
-        records[name] = evaluate_one(path, env, starts, im_cfg, seed, output_dir / name, device, sim_eval)
+        records[name] = evaluate_one(
+            path, env, starts, im_cfg, seed, output_dir / name, device, sim_cfg, compare_sim
+        )
         rows.append(_row(name, records[name]))
-    result = {"episodes": episodes, "seed": seed, "rows": rows, "seconds": time.perf_counter() - t0}
+    result = {
+        "episodes": episodes,
+        "seed": seed,
+        "judge": {**env.judge(), "observe": im_cfg.observe},
+        "rows": rows,
+        "seconds": time.perf_counter() - t0,
+    }
+    if compare_sim:
+        # Policies whose imagined and simulated 95% intervals do not overlap, with both numbers.
+        result["disagreements"] = {n: r["disagreement"] for n, r in records.items() if r["disagreement"]}
     if compare_sim and len(rows) >= 2:
         report = ranking_report([r["imagined"] for r in rows], [r["sim"] for r in rows])
         result["ranking"] = report
+        result["ranking_ci95"] = ranking_cis(
+            *(
+                [[e["success"] for e in rec[side]["per_episode"]] for rec in records.values()]
+                for side in ("imagination", "sim")
+            )
+        )
         result["imagination_seconds"] = sum(r["imagined_s"] for r in rows)
         result["sim_seconds"] = sum(r["sim_s"] for r in rows)
         plot_scatter(rows, report, output_dir / "imagined_vs_sim.png")
@@ -265,7 +298,7 @@ def threshold_sweep(records: dict, run_threshold: float) -> list[dict]:
     return sweep
 
 
-def _short_names(paths: list[str]) -> list[str]:
+def short_names(paths: list[str]) -> list[str]:
     """Readable unique names: the path parts that differ between the policies."""
     parts = [Path(p).resolve().parts for p in paths]
     names = []
@@ -280,7 +313,9 @@ def _short_names(paths: list[str]) -> list[str]:
 def print_ranking(result: dict, output_dir: Path) -> None:
     """Print what `rank_policies` returned: its table and, where the simulator was compared, the ranking
     figures (what `evaluate_policy.py --backend imagination` and `--rank` show)."""
-    print(format_table(result["rows"]))
+    print_table(result["rows"])
+    for name, sentence in result.get("disagreements", {}).items():
+        print(f"DISAGREEMENT {name}: {sentence}")
     if "ranking" in result:
         r = result["ranking"]
         print(
@@ -289,12 +324,3 @@ def print_ranking(result: dict, output_dir: Path) -> None:
             f"sim {result['sim_seconds']:.0f} s)"
         )
     print(f"wrote {output_dir}")
-
-
-def format_table(rows: list[dict]) -> str:
-    cols = list(rows[0])
-    cells = [[f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)

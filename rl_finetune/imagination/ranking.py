@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from worldloop.common.stats import bootstrap_ci
+
 
 def _pair(proxy: Sequence[float], reference: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(proxy, dtype=np.float64), np.asarray(reference, dtype=np.float64)
@@ -93,3 +95,45 @@ def ranking_report(proxy: Sequence[float], reference: Sequence[float]) -> dict[s
         "max_abs_gap": float(np.abs(x - y).max()),
         "mean_abs_gap": float(np.abs(x - y).mean()),
     }
+
+
+def ranking_cis(
+    proxy_outcomes: Sequence[Sequence[float]],
+    reference_outcomes: Sequence[Sequence[float]],
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """Pearson, Spearman and MMRV of the per-policy means, each with a 95% percentile-bootstrap interval.
+
+    proxy_outcomes / reference_outcomes: per policy, its episodes' outcomes (success 0/1, or a score such as
+    max coverage) in imagination and in the reference. Each resample redraws every policy's episodes on both
+    sides independently, so the intervals carry the episode noise of both evaluations (see
+    `common.stats.bootstrap_ci`, whose dicts this returns per metric).
+    """
+    if len(proxy_outcomes) != len(reference_outcomes):
+        raise ValueError(
+            f"ranking_cis: {len(proxy_outcomes)} policies in imagination but {len(reference_outcomes)} in the reference"
+        )
+    n = len(proxy_outcomes)
+    groups = [*proxy_outcomes, *reference_outcomes]
+
+    def metric(fn):
+        return lambda gs: fn([g.mean() for g in gs[:n]], [g.mean() for g in gs[n:]])
+
+    return {
+        name: bootstrap_ci(metric(fn), groups, n_boot=n_boot, seed=seed)
+        for name, fn in (("pearson", pearson), ("spearman", spearman), ("mmrv", mmrv))
+    }
+
+
+def disagreement(imagined: dict, reference: dict, reference_name: str = "sim") -> str | None:
+    """None when the success 95% intervals of two evaluation summaries of one policy overlap (`success_rate`
+    and `success_ci95` [lo, hi] each: imagination's, and the simulator's or env's); else a sentence with
+    both numbers, for the result JSON and the report."""
+    (i_lo, i_hi), (r_lo, r_hi) = imagined["success_ci95"], reference["success_ci95"]
+    if i_lo <= r_hi and r_lo <= i_hi:
+        return None
+    return (
+        f"imagination {imagined['success_rate']:.0%} (95% CI {i_lo:.0%}-{i_hi:.0%}) vs {reference_name} "
+        f"{reference['success_rate']:.0%} (95% CI {r_lo:.0%}-{r_hi:.0%}): the intervals do not overlap"
+    )

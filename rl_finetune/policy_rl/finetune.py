@@ -4,13 +4,14 @@
     python finetune_policy.py ... --algorithm.type=ppo        # PPO with a value head instead of GRPO
     python finetune_policy.py ... --algorithm.type=nft        # likelihood-free DiffusionNFT
 
-Training episodes start from a pool of real first observations (simulator resets, rendered and never
-stepped, or dataset episodes) and run only in the world model, optimised by the algorithm the config's
+Training episodes start from a pool of real first observations (simulator or LeRobot env resets, rendered
+and never stepped, or dataset episodes) and run only in the world model, optimised by the algorithm the config's
 `algorithm` choice names (`policy_rl.configuration.AlgorithmConfig`): GRPO (`policy_rl/grpo/`, the default)
 or PPO with a value head (`policy_rl/ppo/`), which share the rollout collection and the clipped update with
 a KL to the BC policy (`policy_rl.flow_policy_gradient`), or DiffusionNFT (`policy_rl/nft/`: the same
 collection, a reward-weighted flow-matching update). Every `eval.every` iterations the policy is evaluated
-in imagination and in the simulator from the same held-out starts; imagined and simulated success are
+in imagination and in the simulator from the same held-out starts (`eval.backend`: the MuJoCo sim, or
+one of LeRobot's gym envs such as gym-pusht for a world model of another robot); imagined and simulated success are
 logged side by side. When their difference moves by more than `eval.max_gap` from the BC policy's (the
 world model's own bias), the policy is exploiting the world model: training stops and the policy rolls
 back to the last evaluated weights within the margin.
@@ -39,10 +40,10 @@ from worldloop.common.checkpoint import (
     save_json,
     save_torch,
 )
-from worldloop.common.embodiment import TABLETOP_ARM, embodiment_by_name
 from worldloop.rl_finetune.closed_loop_config import LoopConfig
 from worldloop.rl_finetune.imagination.evaluation import check_cameras, evaluate_in_imagination
-from worldloop.rl_finetune.imagination.initial_states import dataset_starts, sim_starts
+from worldloop.rl_finetune.imagination.initial_states import dataset_starts, lerobot_env_starts, sim_starts
+from worldloop.rl_finetune.imagination.ranking import disagreement
 from worldloop.rl_finetune.policy_rl.configuration import AlgorithmConfig
 from worldloop.rl_finetune.policy_rl.flow_policy_gradient import FlowPolicyTrainer
 from worldloop.rl_finetune.policy_rl.grpo.configuration_grpo import GRPOConfig
@@ -53,7 +54,9 @@ from worldloop.rl_finetune.policy_rl.ppo.configuration_ppo import PPOConfig
 from worldloop.rl_finetune.policy_rl.ppo.ppo import PPOTrainer
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.vla.factory import load_policy
+from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
 from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
+from worldloop.world_model.checkpoint_inputs import embodiment_of
 from worldloop.world_model.model import WorldModel
 from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv, WorldModelEnvConfig
 
@@ -65,18 +68,25 @@ class PolicyPath:
 
 @dataclass
 class StartsConfig:
-    source: str = "sim"  # sim (reset frames, physics never stepped) | dataset (first frames of episodes)
+    # sim (MuJoCo reset frames, physics never stepped) | lerobot_env (the reset frames of eval.env) |
+    # dataset (first frames of episodes)
+    source: str = "sim"
     count: int = 32  # distinct initial states in the training pool
-    seed: int = 0  # sim: reset seeds seed..seed+count-1 (keep clear of eval.seed)
+    seed: int = 0  # sim, lerobot_env: reset seeds seed..seed+count-1 (keep clear of eval.seed)
     dataset_root: str = ""  # dataset: a LeRobotDataset v3 directory; its first `count` episodes
-    resize: str = ""  # dataset: frames of another size than the world model's: crop | stretch
+    # dataset, lerobot_env: frames of another size than the world model's: crop | stretch ("" -> as the
+    # world model's training data was resized)
+    resize: str = ""
 
 
 @dataclass
 class FinetuneEvalConfig:
     every: int = 10  # iterations between evaluations (and at the start and the end)
     episodes: int = 20  # held-out starts, evaluated in imagination and in the simulator
-    seed: int = 100_000  # sim seeds of the held-out starts (as evaluate_policy.py)
+    seed: int = 100_000  # sim (or env) seeds of the held-out starts (as evaluate_policy.py)
+    # Where the held-out starts are also run for real: sim (the MuJoCo tabletop, `sim`) or lerobot_env (one
+    # of LeRobot's gym envs, `env`, e.g. gym-pusht). The summary's sim_* figures are that backend's.
+    backend: str = "sim"
     batch_envs: int = 10
     # Roll back and stop when imagined - sim success has moved by more than this since the BC policy's
     # evaluation (the BC policy's own gap is the world model's bias, present before any RL).
@@ -86,15 +96,21 @@ class FinetuneEvalConfig:
     # the sim success beside it is reported, never read. Past a peak the policy can keep drifting from BC.
     keep: str = "last"
     sim: SimEvalConfig = field(default_factory=lambda: SimEvalConfig(videos=0))
+    # backend lerobot_env: max_steps 0 -> the imagination horizon (env.horizon); the held-out starts are the
+    # env's resets, resized to the world model's frames as starts.resize says.
+    env: LeRobotEnvEvalConfig = field(default_factory=lambda: LeRobotEnvEvalConfig(videos=0))
+
+
+EVAL_BACKENDS = ("sim", "lerobot_env")
 
 
 @dataclass
 class FinetunePolicyConfig:
     policy: PolicyPath = field(default_factory=PolicyPath)
     world_model: str = ""  # a pretrained world-model directory
-    # The arm the world model acts for (a name in common/embodiment.py). Held-out evaluation runs in the
-    # MuJoCo simulator, so only its arm can be fine-tuned today; another name fails in validate().
-    embodiment: str = TABLETOP_ARM.name
+    # The robot the world model acts for: "" -> the one its checkpoint stores; a built-in name or YAML file
+    # must agree with it (or names it for an older checkpoint). eval.backend=sim needs the tabletop arm.
+    embodiment: str = ""
     output_dir: str = "outputs/finetune/tiny"
     iterations: int = 30
     # Stop, with an evaluation, before this process has used this many CPU-minutes (every thread, across
@@ -121,16 +137,12 @@ class FinetunePolicyConfig:
             raise ValueError("--policy.path is required: the BC policy directory to fine-tune")
         if not self.world_model:
             raise ValueError("--world_model is required: a directory written by train_world_model.py")
-        embodiment_by_name(self.embodiment)
-        if self.embodiment != TABLETOP_ARM.name:
+        if self.eval.backend not in EVAL_BACKENDS:
+            raise ValueError(f"eval.backend={self.eval.backend!r}; expected one of {EVAL_BACKENDS}")
+        if self.starts.source not in ("sim", "dataset", "lerobot_env"):
             raise ValueError(
-                f"embodiment={self.embodiment!r}: fine-tuning evaluates held-out starts in the MuJoCo "
-                f"simulator, whose only arm is {TABLETOP_ARM.name!r}; another arm can be evaluated in "
-                "imagination alone (evaluate_policy.py --backend imagination --imagination.embodiment=... "
-                "--imagination.starts_dataset=...) but not fine-tuned yet"
+                f"starts.source={self.starts.source!r}; expected 'sim', 'lerobot_env' or 'dataset'"
             )
-        if self.starts.source not in ("sim", "dataset"):
-            raise ValueError(f"starts.source={self.starts.source!r}; expected 'sim' or 'dataset'")
         if self.starts.source == "dataset" and not self.starts.dataset_root:
             raise ValueError("starts.source=dataset needs starts.dataset_root")
         if self.iterations < 1 or self.eval.every < 1 or self.eval.episodes < 1:
@@ -169,6 +181,9 @@ def make_trainer(cfg: FinetunePolicyConfig, policy, env: WorldModelEnv) -> FlowP
     return trainer
 
 
+SIM_HINT = "fine-tune with --eval.backend=lerobot_env and --starts.source=lerobot_env or dataset"
+
+
 def training_starts(cfg: FinetunePolicyConfig, env: WorldModelEnv) -> InitialStates:
     s = cfg.starts
     if s.source == "dataset":
@@ -178,14 +193,32 @@ def training_starts(cfg: FinetunePolicyConfig, env: WorldModelEnv) -> InitialSta
             f"training start seeds {s.seed}..{s.seed + s.count - 1} overlap the evaluation seeds "
             f"{cfg.eval.seed}..{cfg.eval.seed + cfg.eval.episodes - 1}"
         )
-    return sim_starts(env, cfg.eval.sim, s.count, s.seed)
+    if s.source == "lerobot_env":
+        return lerobot_env_starts(env, cfg.eval.env, s.count, s.seed, s.resize)
+    return sim_starts(env, cfg.eval.sim, s.count, s.seed, SIM_HINT)
+
+
+def held_out_starts(cfg: FinetunePolicyConfig, env: WorldModelEnv) -> InitialStates:
+    """The first observations of the evaluation backend's episodes with seeds eval.seed.."""
+    ev = cfg.eval
+    if ev.backend == "lerobot_env":
+        return lerobot_env_starts(env, ev.env, ev.episodes, ev.seed, cfg.starts.resize)
+    return sim_starts(env, ev.sim, ev.episodes, ev.seed, SIM_HINT)
 
 
 def evaluate(policy, env: WorldModelEnv, starts: InitialStates, cfg: FinetuneEvalConfig, device: str) -> dict:
-    """Imagined and simulated success from the same held-out starts; sim steps counted."""
+    """Imagined and simulated success from the same held-out starts (simulated: in `cfg.backend`); sim
+    steps counted; `disagreement` says when the two 95% intervals do not overlap."""
     imagined, _ = evaluate_in_imagination(policy, env, starts, cfg.seed, cfg.batch_envs, progress_bar=False)
     with count_sim_steps() as counter:
-        simulated = evaluate_in_sim(policy, cfg.sim, cfg.episodes, cfg.seed, None, device, progress_bar=False)
+        if cfg.backend == "lerobot_env":
+            simulated = evaluate_in_lerobot_env(
+                policy, cfg.env, cfg.episodes, cfg.seed, None, device, progress_bar=False
+            )
+        else:
+            simulated = evaluate_in_sim(
+                policy, cfg.sim, cfg.episodes, cfg.seed, None, device, progress_bar=False
+            )
     return {
         "imagined_success": imagined["success_rate"],
         "imagined_success_ci95": imagined["success_ci95"],
@@ -194,6 +227,9 @@ def evaluate(policy, env: WorldModelEnv, starts: InitialStates, cfg: FinetuneEva
         "sim_success_ci95": simulated["success_ci95"],
         "sim_progress": simulated["mean_progress"],
         "gap": imagined["success_rate"] - simulated["success_rate"],
+        "reference": cfg.backend,  # where the sim_* figures come from
+        "sim_episodes": simulated["episodes"],
+        "disagreement": disagreement(imagined, simulated, cfg.backend),
         "sim_steps": counter.steps,
     }
 
@@ -226,15 +262,18 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     torch.manual_seed(cfg.seed)
     policy = load_policy(cfg.policy.path, cfg.device)
     world_model = WorldModel.from_pretrained(cfg.world_model, cfg.device)
-    env = WorldModelEnv(world_model, cfg.env, embodiment=embodiment_by_name(cfg.embodiment))
+    env = WorldModelEnv(world_model, cfg.env, embodiment=embodiment_of(world_model, cfg.embodiment))
     check_cameras(policy, env)
-    if cfg.env.horizon != cfg.eval.sim.max_steps:
+    if cfg.eval.backend == "lerobot_env":
+        cfg.eval.env.max_steps = cfg.eval.env.max_steps or cfg.env.horizon
+    backend_steps = cfg.eval.env.max_steps if cfg.eval.backend == "lerobot_env" else cfg.eval.sim.max_steps
+    if cfg.env.horizon != backend_steps:
         raise ValueError(
-            f"env.horizon={cfg.env.horizon} differs from eval.sim.max_steps={cfg.eval.sim.max_steps}: "
-            "imagined and simulated episodes must last as long"
+            f"env.horizon={cfg.env.horizon} differs from the {cfg.eval.backend} episodes' max_steps="
+            f"{backend_steps}: imagined and simulated episodes must last as long"
         )
     pool = training_starts(cfg, env)
-    held_out = sim_starts(env, cfg.eval.sim, cfg.eval.episodes, cfg.eval.seed)
+    held_out = held_out_starts(cfg, env)
     trainer = make_trainer(cfg, policy, env)
     rng = np.random.default_rng(cfg.seed)
     history, evaluations = [], []
@@ -264,8 +303,9 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         cost["eval"] = time.process_time() - c
         evaluations.append(ev)
         tqdm.write(
-            f"iter {iteration}: imagined success {ev['imagined_success']:.2f}, sim success "
+            f"iter {iteration}: imagined success {ev['imagined_success']:.2f}, {cfg.eval.backend} success "
             f"{ev['sim_success']:.2f} (gap {ev['gap']:+.2f})"
+            + (f"; DISAGREEMENT: {ev['disagreement']}" if ev["disagreement"] else "")
         )
         return ev
 

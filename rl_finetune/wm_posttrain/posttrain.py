@@ -33,7 +33,7 @@ from torch import nn
 from worldloop.common.checkpoint import atomic_directory, load_json
 from worldloop.common.config import ConfigError, save_config
 from worldloop.common.ema import follow
-from worldloop.common.embodiment import EMBODIMENTS, TABLETOP_ARM, EmbodimentSpec, embodiment_by_name
+from worldloop.common.embodiment import write_embodiment
 from worldloop.common.training import TrainLoopConfig, last_checkpoint, run_training
 from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from worldloop.data.windows import WorldModelWindows
@@ -46,7 +46,8 @@ from worldloop.rl_finetune.wm_posttrain.evaluation import (
 )
 from worldloop.rl_finetune.wm_posttrain.executability import ExecutabilityRewardConfig, executability_reward
 from worldloop.rl_finetune.wm_posttrain.rollout_stability import FidelityRewardConfig, clip_fidelity_reward
-from worldloop.world_model.model import WorldModel
+from worldloop.world_model.checkpoint_inputs import dataset_config_for, embodiment_of
+from worldloop.world_model.model import EMBODIMENT_FILE, WorldModel
 
 STAGES = ("stability", "executability")
 
@@ -93,8 +94,10 @@ class PosttrainLoopConfig(TrainLoopConfig):
 class PosttrainConfig:
     world_model: WorldModelPath = field(default_factory=WorldModelPath)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
-    # The arm whose joint limits the executability terms score decoded motion against (common/embodiment.py).
-    embodiment: str = TABLETOP_ARM.name
+    # The robot whose joint limits the executability terms score decoded motion against: "" -> the one the
+    # world model's checkpoint stores; a built-in name or YAML file must agree with it (or names it for an
+    # older checkpoint, and the post-trained model then stores it).
+    embodiment: str = ""
     output_dir: str = "outputs/wm_posttrain"
     stages: list[str] = field(default_factory=lambda: ["stability", "executability"])
     resume: bool = False  # continue the unfinished stage from its last checkpoint, skip finished ones
@@ -117,10 +120,6 @@ class PosttrainConfig:
             raise ConfigError(
                 f"stages={self.stages}: expected a non-empty list of distinct names from {STAGES}"
             )
-        try:
-            embodiment_by_name(self.embodiment)
-        except ValueError as e:
-            raise ConfigError(str(e)) from e
         if self.start_stride < 1 or self.eval_start_states < 0:
             raise ConfigError("start_stride must be >= 1 and eval_start_states >= 0")
         for part in (self.rollouts, self.nft, self.fidelity, self.executability):
@@ -149,7 +148,7 @@ class PosttrainObjective(nn.Module):
                 "reads the joint state (idm.use_state=True), which a rollout does not have"
             )
         self.stage, self.cfg = stage, cfg
-        self.spec = check_embodiment(base, cfg.embodiment)
+        self.spec = embodiment_of(base, cfg.embodiment)
         self.policy = base
         self.policy.heads.requires_grad_(False)
         self.policy.idm.requires_grad_(False)
@@ -221,18 +220,6 @@ class PosttrainObjective(nn.Module):
         return loss, logs
 
 
-def check_embodiment(model: WorldModel, name: str) -> EmbodimentSpec:
-    """The spec called `name`, checked to have one joint per action dimension of `model`."""
-    spec = embodiment_by_name(name)
-    if model.cfg.dit.action_dim != spec.num_joints:
-        raise ConfigError(
-            f"embodiment={name!r} has {spec.num_joints} joints but the world model acts in "
-            f"{model.cfg.dit.action_dim} dims: pass --embodiment=<the arm the data was recorded on> "
-            f"(one of {sorted(EMBODIMENTS)})"
-        )
-    return spec
-
-
 def _posttrain_loss(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
     return model(batch)
 
@@ -244,13 +231,8 @@ def _save_policy(model: nn.Module, directory: Path) -> None:
 def _open_data(
     cfg: PosttrainConfig, base: WorldModel, context: int
 ) -> tuple[WorldModelWindows, WorldModelWindows | None]:
-    ds, dit = cfg.dataset, base.cfg.dit
-    if ds.cameras and list(ds.cameras) != list(base.cfg.cameras):
-        raise ConfigError(
-            f"dataset.cameras={ds.cameras} but the world model {cfg.world_model.path} predicts {list(base.cfg.cameras)}"
-        )
     # The dataset is checked against what the model reads: errors then name the camera or feature.
-    ds.cameras, ds.image_size, ds.action_dim = list(base.cfg.cameras), [dit.image_size] * 2, dit.action_dim
+    ds = dataset_config_for(base.cfg, cfg.dataset)
     dataset = EpisodeDataset(ds)
     train_eps, held_out_eps = dataset.split()
     horizon = cfg.rollouts.max_length
@@ -332,7 +314,7 @@ def run_posttraining(cfg: PosttrainConfig) -> Path:
     """Run the configured stages in order; the last one's export is copied to <output_dir>/pretrained_model."""
     cfg.validate()
     reference = WorldModel.from_pretrained(cfg.world_model.path)
-    check_embodiment(reference, cfg.embodiment)
+    spec = embodiment_of(reference, cfg.embodiment)
     warn_if_candidates_alike(reference, cfg.stages)
     context = cfg.rollouts.context or reference.cfg.dit.context_frames
     train_windows, eval_windows = _open_data(cfg, reference, context)
@@ -356,6 +338,7 @@ def run_posttraining(cfg: PosttrainConfig) -> Path:
             continue
         print(f"stage {stage}: from {current}" + (f", resuming at step {done}" if checkpoint else ""))
         base = WorldModel.from_pretrained(current)
+        base.embodiment = spec  # stored in the export (an older checkpoint gets the one it was named)
         stage_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, stage_dir / "posttrain_config.yaml")  # the settings this stage last ran with
         run_stage(stage, base, reference, train_windows, eval_windows, cfg, stage_dir, checkpoint is not None)
@@ -364,4 +347,5 @@ def run_posttraining(cfg: PosttrainConfig) -> Path:
     with atomic_directory(final) as tmp:
         for name in ("config.yaml", "model.safetensors", "stats.json"):
             shutil.copy2(current / name, tmp / name)
+        write_embodiment(spec, tmp / EMBODIMENT_FILE)
     return final

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# What a session with a lent GPU runs (docs/kernels.md), stage by stage:
+#
+#   bash benchmarks/gpu_session.sh wheels            # HERE (the developer machine, with PyPI): fetch the
+#                                                    # pure-Python wheels the device image lacks into .whl/
+#                                                    # (git-ignored: it travels only when carried)
+#   bash benchmarks/gpu_session.sh tests bench       # ON THE DEVICE (carry .whl): pytest -m gpu, then the
+#                                                    # kernel / training / imagination benchmark
+#   bash benchmarks/gpu_session.sh train             # ON THE DEVICE (carry .whl): 200 base.yaml steps
+#
+# No stage named: tests, bench, train in turn. Logs and JSONs go to $OUT (the device tool brings them back)
+# or outputs/gpu_session; copy kernels.json and kernels_train_run.json from there into benchmarks/results/.
+# SMOKE=1 runs bench and train at small shapes (any machine; how this script is tested on a CPU).
+# PYTHON=... picks the interpreter (default python3, the one holding PyTorch on the device).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+out=${OUT:-outputs/gpu_session}
+stages=${*:-tests bench train}
+# Packages the device image ('cuda') does not have, that worldloop imports on these paths: the config
+# parser (draccus and its needs) and the SSIM metric. Versions as in the project's own environment.
+WHEELS="draccus==0.10.0 mergedeep==1.3.4 pyyaml-include==1.4.1 toml==0.10.2 pytorch-msssim==1.0.0"
+
+if [[ " $stages " == *" wheels "* ]]; then
+  $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl $WHEELS || exit 1
+  ls .whl
+  stages=${stages//wheels/}
+  [[ -z "${stages// /}" ]] && exit 0
+fi
+
+mkdir -p "$out"
+# The repository root is the package `worldloop`: importable through a link, nothing installed.
+pkg=$(mktemp -d)
+ln -s "$PWD" "$pkg/worldloop"
+export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+$PY -c "import worldloop.world_model.trainer, worldloop.common.config" \
+  || { echo "worldloop does not import: run 'bash benchmarks/gpu_session.sh wheels' here and carry .whl"; exit 1; }
+$PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0))"
+smoke=()
+[[ "${SMOKE:-0}" == 1 ]] && smoke=(--smoke=true)
+
+failed=()
+for stage in $stages; do
+  start=$SECONDS
+  status=0
+  case $stage in
+    tests)  # kernels and attention backends against the fp32 references on CUDA (skipped without one)
+      $PY -m pytest -m gpu tests/test_cuda_ext_gpu.py -q -p no:cacheprovider -o addopts="" 2>&1 \
+        | tee "$out/pytest_gpu.log" || status=$? ;;
+    bench)  # every section but the long training run: one process, ratios in the same process
+      $PY benchmarks/kernels.py "${smoke[@]}" --sections='[attention,decode,elementwise,train,imagine]' \
+        --out="$out/kernels.json" 2>&1 | tee "$out/kernels.log" || status=$? ;;
+    train)  # base.yaml through the shared training loop on generated data (3 steps with SMOKE=1)
+      $PY benchmarks/kernels.py "${smoke[@]}" --sections='[train_run]' --train_run_steps=200 \
+        --out="$out/kernels_train_run.json" 2>&1 | tee "$out/kernels_train_run.log" || status=$? ;;
+    *) echo "unknown stage '$stage': expected wheels, tests, bench, train"; exit 2 ;;
+  esac
+  echo "stage $stage: exit $status after $((SECONDS - start)) s"
+  ((status == 0)) || failed+=("$stage")
+done
+# a failing stage does not stop the next one (each measures something else), but the exit status tells
+((${#failed[@]} == 0)) || { echo "failed stages: ${failed[*]}"; exit 1; }

@@ -1,0 +1,107 @@
+"""Confidence intervals for the figures worldloop reports: success rates, means over seeds, bootstrapped
+statistics. Pure numpy and math, so every part may use them.
+
+- `wilson_interval`: a binomial success rate over n episodes.
+- `mean_ci`: a mean over a few independent runs (seeds), with Student's t, since 3 seeds are far too few
+  for a normal or bootstrap interval.
+- `bootstrap_ci`: any statistic of grouped samples (e.g. a ranking correlation over policies whose success
+  rates are each estimated from episodes), by resampling within each group.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a binomial proportion (sane at 0 and n successes, unlike Wald's)."""
+    if n <= 0:
+        raise ValueError(f"wilson_interval needs n > 0 trials, got {n}")
+    p = successes / n
+    denom = 1 + z**2 / n
+    centre = (p + z**2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _student_t_cdf(x: float, df: int) -> float:
+    """P(T <= x) for Student's t with `df` degrees of freedom (Simpson's rule on the density; x >= 0)."""
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    n = 2000  # even; the density is smooth, so this is exact to ~1e-10 over the range used here
+    h = x / n
+    total = 0.0
+    for i in range(n + 1):
+        t = i * h
+        f = math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+        total += f * (1 if i in (0, n) else 4 if i % 2 else 2)
+    return 0.5 + total * h / 3
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """The p-quantile (0.5 < p < 1) of Student's t with `df` >= 1 degrees of freedom, by bisection."""
+    if not 0.5 < p < 1:
+        raise ValueError(f"student_t_quantile: p={p} must be in (0.5, 1)")
+    if df < 1:
+        raise ValueError(f"student_t_quantile: df={df} must be >= 1")
+    lo, hi = 0.0, 1.0
+    while _student_t_cdf(hi, df) < p:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _student_t_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> dict[str, float]:
+    """Mean of independent runs with its Student-t interval: {mean, std, low, high, n}.
+
+    One run has no spread to estimate: its interval is (-inf, inf), which says so instead of hiding it.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or len(x) == 0 or not np.isfinite(x).all():
+        raise ValueError(f"mean_ci needs a non-empty 1-D sequence of finite values, got {values!r}")
+    mean = float(x.mean())
+    if len(x) == 1:
+        return {"mean": mean, "std": float("nan"), "low": -math.inf, "high": math.inf, "n": 1}
+    std = float(x.std(ddof=1))
+    half = student_t_quantile(0.5 + level / 2, len(x) - 1) * std / math.sqrt(len(x))
+    return {"mean": mean, "std": std, "low": mean - half, "high": mean + half, "n": len(x)}
+
+
+def bootstrap_ci(
+    statistic: Callable[[list[np.ndarray]], float],
+    groups: Sequence[Sequence[float]],
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Percentile bootstrap of `statistic(groups)`, resampling each group's samples with replacement.
+
+    groups: e.g. per policy its episodes' outcomes (imagined and simulated policies as separate groups);
+    the statistic sees one resampled array per group. Returns {value, low, high, n_boot, undefined}, where
+    `undefined` counts resamples on which the statistic was NaN (a constant side makes a correlation
+    undefined): they are left out of the interval, and the count says how often it happened.
+    """
+    arrays = [np.asarray(g, dtype=np.float64) for g in groups]
+    if not arrays or any(a.ndim != 1 or len(a) == 0 for a in arrays):
+        raise ValueError("bootstrap_ci needs non-empty 1-D groups of samples")
+    if n_boot < 1:
+        raise ValueError(f"bootstrap_ci: n_boot={n_boot} must be >= 1")
+    rng = np.random.default_rng(seed)
+    draws = np.array(
+        [statistic([a[rng.integers(0, len(a), len(a))] for a in arrays]) for _ in range(n_boot)],
+        dtype=np.float64,
+    )
+    finite = draws[np.isfinite(draws)]
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(finite, [tail, 100 - tail]) if len(finite) else (math.nan, math.nan)
+    return {
+        "value": float(statistic(arrays)),
+        "low": float(low),
+        "high": float(high),
+        "n_boot": n_boot,
+        "undefined": int(len(draws) - len(finite)),
+    }

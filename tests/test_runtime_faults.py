@@ -1,0 +1,258 @@
+"""Fault injection on the deploy runtime: a second interrupt during the stop, SIGTERM, a blocked joint that
+is freed, `kill -9` of a recording run, a disconnect that fails. The arm must stay within its limits,
+end held, and the recording must keep what was saved."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_runtime_fakes import FakeRobot, SlowSmoothPolicy
+
+from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.features import STATE
+from worldloop.data.recording import RECORDING_META, repair_recording
+from worldloop.real_robot.deploy import DeployConfig, deploy
+from worldloop.real_robot.fusion import FuserConfig, make_fuser
+from worldloop.real_robot.inference import PolicyRunner, SimulatedLatencyInference
+from worldloop.real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep
+from worldloop.real_robot.safety import (
+    SafetyConfig,
+    SafetyLimiter,
+    SafetyStop,
+    TrackingGuard,
+    limit_violations,
+)
+from worldloop.vla.policy import Policy
+
+SPEC = TABLETOP_ARM
+DT = 0.01
+CHILD = Path(__file__).resolve().parent / "runtime_child.py"
+
+
+# ---- stop ----------------------------------------------------------------------------------------------
+class InterruptedTwice(FakeRobot):
+    """A real signal at send `first`, then another a few sends into the stop."""
+
+    def __init__(self, first: int, signum: int, **kw):
+        super().__init__(start=np.full(SPEC.num_joints, 0.2), **kw)
+        self.at, self.signum = (first, first + 5), signum
+
+    def send_action(self, action: dict) -> dict:
+        if len(self.sent) in self.at:
+            os.kill(os.getpid(), self.signum)
+        return super().send_action(action)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_second_interrupt_during_the_stop_does_not_cut_it_short(caplog, signum):
+    robot = InterruptedTwice(first=80, signum=signum)
+    cfg = DeployConfig(episode_time_s=5.0)
+    cfg.runtime.status_every_s, cfg.runtime.stop_hold_s = 0.0, 0.3
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        deploy(cfg, policy=SlowSmoothPolicy(latency_s=0.02, amplitude=3.0), robot=robot)
+    sent = np.array(robot.sent)
+    assert f"{signal.Signals(signum).name}: the safe stop must finish first" in caplog.text
+    assert len(sent) >= 80 + 30  # the brake, then all 30 ticks of the hold
+    assert np.abs(sent[-30:] - sent[-1]).max() < 1e-12  # held still with torque on...
+    assert not robot.is_connected  # ...then disconnected
+    assert limit_violations(SPEC, DT, np.full(SPEC.num_joints, 0.2), sent) == []
+
+
+def _sends(log: Path) -> np.ndarray:
+    return np.array(
+        [
+            [float(v) for v in line.split()[1:]]
+            for line in log.read_text().splitlines()
+            if line.startswith("send")
+        ]
+    )
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise TimeoutError(f"waited {timeout}s for {what}")
+        time.sleep(0.02)
+
+
+def _child(out: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), str(out), *args],
+        cwd=CHILD.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _count_sends(log: Path) -> int:
+    return log.read_text().count("send") if log.exists() else 0
+
+
+@pytest.mark.slow  # ~20 s: a child process imports the deploy stack; the in-process test above is fast
+def test_sigterm_stops_like_ctrl_c_and_a_ctrl_c_during_that_stop_is_held_back(tmp_path):
+    log = tmp_path / "sent.log"
+    child = _child(tmp_path, "--stop_hold_s=1.0")
+    try:
+        _wait_for(lambda: _count_sends(log) >= 100, 120, "the child to run 1 s")
+        child.send_signal(signal.SIGTERM)
+        time.sleep(0.2)  # inside the stop (the hold alone lasts 1 s)
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 130, stderr
+    assert "SIGINT: the safe stop must finish first" in stderr
+    sent = _sends(log)
+    assert log.read_text().splitlines()[-1] == "disconnect"
+    assert np.abs(sent[-100:] - sent[-1]).max() < 1e-12  # 1 s held with torque on
+    assert limit_violations(SPEC, DT, np.full(SPEC.num_joints, 0.2), sent) == []
+
+
+# ---- tracking guard ------------------------------------------------------------------------------------
+class GoalPolicy(Policy):
+    """Every chunk says: go to `goal` (it never notices that the arm does not follow)."""
+
+    def __init__(self, goal):
+        super().__init__()
+        self.goal, self.chunk_size, self.n_action_steps = torch.tensor(goal, dtype=torch.float32), 10, 5
+
+    def reset(self) -> None:
+        pass
+
+    def predict_action_chunk(self, batch: dict) -> torch.Tensor:
+        return self.goal.expand(1, self.chunk_size, -1).clone()
+
+    def select_action(self, batch: dict) -> torch.Tensor:
+        return self.goal[None]
+
+    def save_pretrained(self, path) -> None:
+        raise NotImplementedError("a test double has no weights")
+
+    @classmethod
+    def from_pretrained(cls, path):
+        raise NotImplementedError("a test double has no weights")
+
+
+class BlockedJointRobot(FakeRobot):
+    """Joint `joint` stops following between sends `blocked_from` and `freed_at`; once freed it goes
+    straight to the command, at whatever speed that takes (as a servo released from a jam does)."""
+
+    def __init__(self, joint: int, blocked_from: int, freed_at: int):
+        super().__init__(start=np.zeros(SPEC.num_joints))
+        self.joint, self.blocked_from, self.freed_at = joint, blocked_from, freed_at
+        self.measured: list[np.ndarray] = []
+
+    def send_action(self, action: dict) -> dict:
+        held = self.position[self.joint]
+        super().send_action(action)
+        if self.blocked_from <= len(self.sent) < self.freed_at:
+            self.position[self.joint] = held
+        self.measured.append(self.position.copy())
+        return action
+
+
+def run_blocked(
+    tracking_margin, joint=1, blocked_from=20, freed_at=150, goal=(0.0, 1.2, 0.0, 0.0)
+) -> tuple[BlockedJointRobot, ControlRuntime, Exception | None]:
+    """A lock-step run towards `goal` in which `joint` is blocked between two sends; returns the robot,
+    the runtime and the SafetyStop it ended with (None if it ran its 3 s)."""
+    robot = BlockedJointRobot(joint=joint, blocked_from=blocked_from, freed_at=freed_at)
+    robot.connect()
+    cfg = RuntimeConfig(stop_hold_s=0.2)
+    safety_cfg = SafetyConfig(tracking_margin=tracking_margin, tracking_ticks=20)
+    fuser = make_fuser(FuserConfig(name="naive"), SPEC, DT)
+    runner = PolicyRunner(GoalPolicy(list(goal)), SPEC.joint_names, "reach", use_prefix=False)
+    runtime = ControlRuntime(
+        RobotIO(robot, SPEC.joint_names),
+        SimulatedLatencyInference(runner, lambda: 0.05),
+        fuser,
+        SafetyLimiter(SPEC, DT, safety_cfg),
+        SPEC,
+        cfg,
+        policy_chunk_size=10,
+        tracking=TrackingGuard(SPEC, safety_cfg) if tracking_margin else None,
+    )
+    try:
+        run_lockstep(runtime, 3.0)
+    except SafetyStop as e:
+        return robot, runtime, e
+    return robot, runtime, None
+
+
+def test_a_blocked_then_freed_joint_trips_the_tracking_guard_and_never_jumps(caplog):
+    with caplog.at_level(logging.ERROR, logger="worldloop.real_robot.runtime"):
+        robot, runtime, stop = run_blocked(tracking_margin=0.1)
+    assert isinstance(stop, SafetyStop) and "shoulder_pitch measured at" in str(stop)
+    assert "safety stop: tracking: shoulder_pitch" in caplog.text and runtime.log.stop_reason == str(stop)
+    measured = np.array(robot.measured)
+    assert len(measured) < 150  # stopped (and held where the arm was) before the joint came free
+    assert np.max(np.abs(np.diff(measured, axis=0))) <= SPEC.max_velocity().max() * DT + 1e-9
+
+    unguarded, _, stop = run_blocked(tracking_margin=None)  # the same fault without the guard
+    jumps = np.abs(np.diff(np.array(unguarded.measured)[:, 1]))
+    assert stop is None and jumps.max() > 1.0  # freed: a 1 rad jump in one tick
+
+
+# ---- recording under crashes --------------------------------------------------------------------------
+def _durable_segments(root: Path) -> int:
+    try:
+        return len(json.loads((root / RECORDING_META).read_text())["episodes"])
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return 0
+
+
+@pytest.mark.slow  # ~20 s: a child process (benchmarks/runtime_faults.py repeats it)
+def test_kill_9_of_a_recording_run_keeps_every_frame_up_to_the_last_save(tmp_path):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    root = tmp_path / "run"
+    child = _child(tmp_path, "--record", "--segment_s=0.5")
+    try:
+        _wait_for(lambda: _durable_segments(root) >= 3, 120, "three saved segments")
+        time.sleep(0.25)  # anywhere in the next segment
+    finally:
+        child.kill()  # SIGKILL: no handler, no finally
+        child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    repair_recording(root)  # no-op unless the kill hit a save
+    recording = json.loads((root / RECORDING_META).read_text())
+    assert recording["complete"] is False
+    ds = LeRobotDataset("local/deploy_runs", root=root)
+    saved = sum(e["length"] for e in recording["episodes"])
+    assert ds.num_episodes == len(recording["episodes"]) >= 3 and ds.num_frames == saved
+    observed = np.loadtxt(tmp_path / "observed.log", ndmin=2)
+    states = np.stack([ds[i][STATE].numpy() for i in range(ds.num_frames)])
+    np.testing.assert_allclose(states, observed[:saved], atol=1e-6)  # every frame, in order
+    lost = len(observed) - 1 - saved  # the last observation still waits for its action
+    assert 0 <= lost <= 2 * 5  # the segment in progress (5 frames), and what came while one was saved
+
+
+class DisconnectFails(FakeRobot):
+    def disconnect(self) -> None:
+        super().disconnect()
+        raise OSError("fake robot: bus error while disabling torque")
+
+
+def test_the_recording_is_finished_when_disconnect_raises(tmp_path):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    cfg = DeployConfig(episode_time_s=1.0)
+    cfg.runtime.status_every_s, cfg.runtime.stop_hold_s = 0.0, 0.0
+    cfg.record.root = str(tmp_path / "run")
+    with pytest.raises(OSError, match="while disabling torque"):
+        deploy(cfg, policy=SlowSmoothPolicy(latency_s=0.02), robot=DisconnectFails(start=np.full(4, 0.2)))
+    recording = json.loads((tmp_path / "run" / RECORDING_META).read_text())
+    assert recording["complete"] is True
+    assert LeRobotDataset("local/deploy_runs", root=tmp_path / "run").num_frames >= 10

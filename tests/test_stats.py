@@ -1,0 +1,70 @@
+"""Confidence intervals on inputs whose answers are known."""
+
+import math
+
+import numpy as np
+import pytest
+
+from worldloop.common.stats import bootstrap_ci, mean_ci, student_t_quantile, wilson_interval
+from worldloop.rl_finetune.imagination.ranking import ranking_cis
+
+
+def test_wilson_interval():
+    lo, hi = wilson_interval(0, 10)
+    assert lo == 0.0 and 0.25 < hi < 0.35  # Wald would give [0, 0]
+    lo, hi = wilson_interval(5, 10)
+    assert lo < 0.5 < hi and abs((lo + hi) / 2 - 0.5) < 1e-9
+    narrow = wilson_interval(50, 100)
+    assert narrow[1] - narrow[0] < hi - lo
+    with pytest.raises(ValueError, match="n > 0"):
+        wilson_interval(0, 0)
+
+
+@pytest.mark.parametrize("df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (30, 2.0423)])
+def test_student_t_quantile_matches_tables(df, expected):
+    assert student_t_quantile(0.975, df) == pytest.approx(expected, abs=2e-4)
+
+
+def test_mean_ci_three_seeds():
+    ci = mean_ci([1.0, 2.0, 3.0])
+    assert ci["mean"] == 2.0 and ci["std"] == pytest.approx(1.0) and ci["n"] == 3
+    half = 4.3027 / math.sqrt(3)
+    assert ci["low"] == pytest.approx(2 - half, abs=1e-3) and ci["high"] == pytest.approx(2 + half, abs=1e-3)
+    one = mean_ci([5.0])
+    assert one["mean"] == 5.0 and one["low"] == -math.inf and one["high"] == math.inf
+    with pytest.raises(ValueError, match="finite"):
+        mean_ci([1.0, float("nan")])
+
+
+def test_bootstrap_ci_of_a_proportion():
+    # 400 fair coin flips: the mean's 95% interval is about 0.5 +- 1.96 * 0.025.
+    flips = np.array([0.0, 1.0] * 200)
+    ci = bootstrap_ci(lambda gs: gs[0].mean(), [flips], n_boot=2000, seed=0)
+    assert ci["value"] == 0.5 and ci["undefined"] == 0
+    assert ci["low"] == pytest.approx(0.451, abs=0.012) and ci["high"] == pytest.approx(0.549, abs=0.012)
+    # Reproducible with the seed, different with another.
+    assert bootstrap_ci(lambda gs: gs[0].mean(), [flips], n_boot=200, seed=3) == bootstrap_ci(
+        lambda gs: gs[0].mean(), [flips], n_boot=200, seed=3
+    )
+    assert bootstrap_ci(lambda gs: gs[0].mean(), [flips], n_boot=200, seed=3) != bootstrap_ci(
+        lambda gs: gs[0].mean(), [flips], n_boot=200, seed=4
+    )
+
+
+def test_ranking_cis_known_orders():
+    # Four policies at 0%, 30%, 60%, 90% in both evaluations, 50 episodes each: resampling cannot swap them
+    # often, so Spearman's interval sits near 1 and MMRV's near 0.
+    rates = [0.0, 0.3, 0.6, 0.9]
+    outcomes = [np.array([1.0] * int(r * 50) + [0.0] * (50 - int(r * 50))) for r in rates]
+    cis = ranking_cis(outcomes, outcomes, n_boot=300, seed=0)
+    assert cis["spearman"]["value"] == pytest.approx(1.0) and cis["spearman"]["low"] > 0.7
+    assert cis["pearson"]["low"] > 0.9
+    assert cis["mmrv"]["value"] == 0.0 and cis["mmrv"]["high"] < 0.2
+    # The proxy reverses the order: the figures are the opposite, and so are their intervals.
+    reversed_cis = ranking_cis(outcomes[::-1], outcomes, n_boot=300, seed=0)
+    assert reversed_cis["spearman"]["high"] < -0.7 and reversed_cis["mmrv"]["low"] > 0.3
+    # A policy at 0% on both sides of a 2-policy ranking: every resample is constant -> undefined, counted.
+    flat = ranking_cis([np.zeros(5), np.zeros(5)], [np.zeros(5), np.ones(5)], n_boot=50)
+    assert flat["pearson"]["undefined"] == 50 and math.isnan(flat["pearson"]["low"])
+    with pytest.raises(ValueError, match="policies"):
+        ranking_cis(outcomes, outcomes[:3])
