@@ -5,6 +5,8 @@ python record_demos.py --config configs/record/tiny.yaml
 python record_demos.py --task=reach --episodes=100 --skill_range="[0.2, 1.0]" --root=outputs/datasets/mix
 python record_demos.py --task=reach --episodes=40 --policies="[outputs/zoo/a, outputs/zoo/b]" \
     --include="[outputs/datasets/mix]" --cameras="[front]" --root=outputs/datasets/mix_and_policies
+python record_demos.py --task=push --episodes=400 --skill_range="[0.0, 1.0]" --cameras="[front]" \
+    --terminate_on_success=false --environment_state=true --root=outputs/data/push_wm  # world-model data
 python record_demos.py --task=reach --episodes=400 --seed=5000 --skill_range="[0.2, 1.0]" \
     --include="[outputs/datasets/mix]" --root=outputs/datasets/mix_grown   # more of the same, one dataset
 python record_demos.py --task=pusht --cameras=[top] --image_size=96 --max_steps=100 --episodes=300 \

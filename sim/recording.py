@@ -60,6 +60,10 @@ class RecordingConfig:
     # Datasets whose episodes come first in the new one (e.g. the expert demonstrations before recorded
     # policies, or more scripted episodes after an earlier recording); the recorded ones follow.
     include: list[str] = field(default_factory=list)
+    # Record each cube's position at every frame as `observation.environment_state` (the truth object
+    # tracking in drawn frames is scored against). A feature of the dataset: recordings merged with
+    # `include` (and deployment recordings) must agree on it.
+    environment_state: bool = False
 
     def validate(self) -> None:
         if self.episodes < 1:
@@ -117,10 +121,11 @@ def open_writer(
     repo_id: str = "",
     config: dict | None = None,
     image_writer_threads: int = 0,
+    environment_state: bool = False,
 ) -> EpisodeWriter:
     """An `EpisodeWriter` at `root` for `env`'s (a `TabletopEnv`, possibly wrapped) embodiment, cameras and
-    image size, recording each cube's position as `observation.environment_state`; the dataset is named
-    `repo_id`, or `local/<root's name>`."""
+    image size, with `environment_state` recording each cube's position as `observation.environment_state`;
+    the dataset is named `repo_id`, or `local/<root's name>`."""
     base = env.unwrapped
     size = base.config.image_size
     return EpisodeWriter(
@@ -134,7 +139,7 @@ def open_writer(
         episodes=episodes,
         config=config,
         image_writer_threads=image_writer_threads,
-        environment_state_names=ENVIRONMENT_STATE_NAMES,
+        environment_state_names=ENVIRONMENT_STATE_NAMES if environment_state else (),
     )
 
 
@@ -161,11 +166,12 @@ def record_episode(env, actor, writer: EpisodeWriter, seed: int, **facts) -> dic
 
 
 def record_actor_episodes(
-    env, actor, root: str | Path, seeds: Sequence[int], repo_id: str = ""
+    env, actor, root: str | Path, seeds: Sequence[int], repo_id: str = "", environment_state: bool = False
 ) -> list[dict]:
     """One episode per seed of `actor` in `env` (a `TabletopEnv`, possibly wrapped) into a new dataset at
-    `root` with the env's cameras and image size; returns per-episode seed, success and length."""
-    with open_writer(env, root, len(seeds), repo_id) as writer:
+    `root` with the env's cameras and image size (and the cubes' positions with `environment_state`);
+    returns per-episode seed, success and length."""
+    with open_writer(env, root, len(seeds), repo_id, environment_state=environment_state) as writer:
         for seed in seeds:
             record_episode(env, actor, writer, int(seed))
     return writer.episodes
@@ -197,7 +203,9 @@ def _record_scripted(cfg: RecordingConfig, root: Path) -> Path:
     env = TabletopEnv(cfg.env_config())
     try:
         expert = ScriptedExpert(env)
-        writer = open_writer(env, root, cfg.episodes, cfg.repo_id, asdict(cfg), cfg.image_writer_threads)
+        writer = open_writer(
+            env, root, cfg.episodes, cfg.repo_id, asdict(cfg), cfg.image_writer_threads, cfg.environment_state
+        )
         with writer:
             bar = tqdm(episode_skills(cfg), desc=f"recording {cfg.task}", unit="episode")
             for i, skill in enumerate(bar):

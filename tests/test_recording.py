@@ -59,7 +59,9 @@ def test_round_trip_through_lerobot_dataset(tmp_path):
 
 
 def test_each_frame_records_where_the_cubes_were_at_that_frame(tmp_path):
-    cfg = _config(tmp_path, task="push", episodes=1, cameras=["front"], max_steps=30, skill=1.0)
+    cfg = _config(
+        tmp_path, task="push", episodes=1, cameras=["front"], max_steps=30, skill=1.0, environment_state=True
+    )
     record_demos(cfg)
     ds = _read(cfg)
     assert ds.features[ENVIRONMENT_STATE]["names"] == list(ENVIRONMENT_STATE_NAMES)

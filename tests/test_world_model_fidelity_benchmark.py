@@ -31,6 +31,7 @@ def push_and_model(tmp_path_factory):
             max_steps=12,
             terminate_on_success=False,
             image_writer_threads=0,
+            environment_state=True,
         )
     )
     dit = VideoDiTConfig(image_size=SIZE, patch_size=8, width=32, depth=1, heads=2, context_frames=2)

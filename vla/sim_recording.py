@@ -84,8 +84,10 @@ def record_policy_episodes(
     root: str | Path,
     seeds: Sequence[int],
     device: str = "cpu",
+    environment_state: bool = False,
 ) -> list[dict]:
-    """One sim episode per seed of `policy` into a new dataset at `root`; per-episode seed, success, length.
+    """One sim episode per seed of `policy` into a new dataset at `root`; per-episode seed, success, length
+    (with `environment_state`, the cubes' positions are recorded too: `sim.recording.open_writer`).
 
     The env records `env_cfg.cameras` at `env_cfg.image_size`; the policy must read a subset of them at
     that size (a clear error otherwise)."""
@@ -98,7 +100,9 @@ def record_policy_episodes(
     env = KeepsLastObservation(TabletopEnv(env_cfg))
     try:
         policy.eval()
-        return record_actor_episodes(env, PolicyActor(policy, env, device), root, seeds)
+        return record_actor_episodes(
+            env, PolicyActor(policy, env, device), root, seeds, environment_state=environment_state
+        )
     finally:
         env.close()
 
@@ -119,7 +123,7 @@ def record_policies(cfg: RecordingConfig, device: str = "cpu") -> Path:
     for k, path in enumerate(bar):
         seeds = [cfg.seed + k * cfg.episodes + i for i in range(cfg.episodes)]
         episodes = record_policy_episodes(
-            load_policy(path, device), env_cfg, parts / f"{k:03d}", seeds, device
+            load_policy(path, device), env_cfg, parts / f"{k:03d}", seeds, device, cfg.environment_state
         )
         success = sum(bool(e["success"]) for e in episodes) / len(episodes)
         recorded.append({"policy": path, "success_rate": success, "episodes": episodes})
