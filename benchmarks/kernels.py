@@ -697,6 +697,10 @@ def main() -> None:
     )
     figures["speedups"] = ratios
     figures["targets"] = target_checks(ratios, figures.get("imagine", []))
+    if cfg.smoke:  # small shapes: the figures check the code paths, not the H100 targets
+        figures["targets"] = [
+            {**t, "met": None, "note": "not judged: smoke shapes"} for t in figures["targets"]
+        ]
     print_table(ratios, title="\nspeedups (ours vs each baseline, same process)")
     print_table(figures["targets"], title=f"\ntargets (set for an H100; this device: {versions['device']})")
     default = "kernels_smoke.json" if cfg.smoke else "kernels.json"

@@ -52,7 +52,7 @@ def test_smoke_measures_the_torch_paths_and_skips_the_gpu_rows(tmp_path):
     }
     assert all(r["frames_per_s"] > 0 for r in figures["imagine"])
     assert figures["speedups"] == []  # nothing of ours ran: no ratio is made up
-    assert [t["met"] for t in figures["targets"]][:3] == [None, None, None]
+    assert [t["met"] for t in figures["targets"]] == [None] * 4  # a smoke run judges no target
     assert "train" not in figures
 
 
