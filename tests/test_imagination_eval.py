@@ -161,7 +161,7 @@ def test_finetune_rolls_back_when_imagination_and_sim_drift_apart(tmp_path, save
         gap = next(gaps)
         return {"imagined_success": 0.3 + gap, "sim_success": 0.3, "gap": gap, "sim_steps": 0,
                 "imagined_success_ci95": [0, 1], "sim_success_ci95": [0, 1], "imagined_progress": 0.0,
-                "sim_progress": 0.0}  # fmt: skip
+                "sim_progress": 0.0, "reference": "sim", "sim_episodes": 2, "disagreement": None}  # fmt: skip
 
     monkeypatch.setattr(policy_finetune, "evaluate", scripted)
     cfg = FinetunePolicyConfig(
@@ -218,7 +218,7 @@ def test_replay_actions_is_open_loop_and_seeded():
 def _no_drift(policy, env, starts, cfg, device):
     return {"imagined_success": 0.3, "sim_success": 0.3, "gap": 0.0, "sim_steps": 0,
             "imagined_success_ci95": [0, 1], "sim_success_ci95": [0, 1], "imagined_progress": 0.0,
-            "sim_progress": 0.0}  # fmt: skip
+            "sim_progress": 0.0, "reference": "sim", "sim_episodes": 2, "disagreement": None}  # fmt: skip
 
 
 @pytest.mark.slow  # six GRPO iterations in three runs: ~11 s on the shared machine
