@@ -386,12 +386,24 @@ def run_realtime(
 
 
 @contextmanager
-def interrupts_between_ticks(received: list[str]) -> Iterator[None]:
-    """Within: a first Ctrl-C or SIGTERM is appended to `received` (the caller stops after the tick); a
-    second raises KeyboardInterrupt at once."""
+def _signal_handlers(handler, signals: tuple[signal.Signals, ...]) -> Iterator[None]:
+    """Within: `handler` for `signals`, the previous handlers restored after. Signals reach Python's main
+    thread only, so elsewhere this installs nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    old = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+@contextmanager
+def interrupts_between_ticks(received: list[str]) -> Iterator[None]:
+    """Within: a first Ctrl-C or SIGTERM is appended to `received` (the caller stops after the tick); a
+    second raises KeyboardInterrupt at once."""
 
     def note(signum, frame):
         name = signal.Signals(signum).name
@@ -399,30 +411,19 @@ def interrupts_between_ticks(received: list[str]) -> Iterator[None]:
             raise KeyboardInterrupt(name)
         received.append(name)
 
-    old = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _signal_handlers(note, (signal.SIGINT, signal.SIGTERM)):
         yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
 
 
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """Within: SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that `kill` stops the arm safely
-    (signals reach Python's main thread only; elsewhere this does nothing)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    """Within: SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that `kill` stops the arm safely."""
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    old = signal.signal(signal.SIGTERM, interrupt)
-    try:
+    with _signal_handlers(interrupt, (signal.SIGTERM,)):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 @contextmanager
@@ -430,9 +431,6 @@ def interrupts_deferred(what: str) -> Iterator[None]:
     """Within: Ctrl-C and SIGTERM are logged and held back, so that a second interrupt cannot cut `what`
     short; one that came is raised (KeyboardInterrupt) once `what` is done, unless an error is already on
     its way. `kill -9` still ends the process."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     received: list[str] = []
 
     def hold_back(signum, frame):
@@ -440,12 +438,8 @@ def interrupts_deferred(what: str) -> Iterator[None]:
         received.append(name)
         logger.warning("%s: %s must finish first (kill -9 forces an exit without it)", name, what)
 
-    old = {sig: signal.signal(sig, hold_back) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _signal_handlers(hold_back, (signal.SIGINT, signal.SIGTERM)):
         yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
     if received and sys.exc_info()[0] is None:  # (inside a `finally`, exc_info is the error on its way)
         raise KeyboardInterrupt(received[0])
 
