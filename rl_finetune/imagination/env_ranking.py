@@ -23,7 +23,7 @@ import numpy as np
 from worldloop.common.checkpoint import save_json
 from worldloop.rl_finetune.imagination.evaluation import evaluate_in_imagination
 from worldloop.rl_finetune.imagination.initial_states import lerobot_env_starts
-from worldloop.rl_finetune.imagination.ranking import disagreement, ranking_cis, ranking_report
+from worldloop.rl_finetune.imagination.ranking import interval_disagreement, ranking_cis, ranking_report
 from worldloop.vla.factory import load_policy
 from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
 from worldloop.world_model.world_model_env import WorldModelEnv
@@ -31,14 +31,14 @@ from worldloop.world_model.world_model_env import WorldModelEnv
 RANK_BY = ("max_reward", "success")
 
 
-def _metric(summary: dict, rank_by: str) -> tuple[np.ndarray, dict]:
-    """Per-episode values of `rank_by` and their mean with a 95% interval, in the keys `disagreement` reads."""
+def _metric(summary: dict, rank_by: str) -> tuple[np.ndarray, tuple[float, float, float]]:
+    """Per-episode values of `rank_by`, and their mean with its 95% interval as (mean, low, high)."""
     values = np.array([float(e[rank_by]) for e in summary["per_episode"]])
     if rank_by == "success":
-        return values, {"success_rate": summary["success_rate"], "success_ci95": summary["success_ci95"]}
+        return values, (summary["success_rate"], *summary["success_ci95"])
     half = 1.96 * values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else float("inf")
     mean = float(values.mean())
-    return values, {"success_rate": mean, "success_ci95": [mean - half, mean + half]}
+    return values, (mean, mean - half, mean + half)
 
 
 def rank_against_env(
@@ -75,12 +75,11 @@ def rank_against_env(
         (im_values, im_ci), (env_values, env_ci) = _metric(imagined, rank_by), _metric(real, rank_by)
         samples[0].append(im_values)
         samples[1].append(env_values)
-        flag = disagreement(im_ci, env_ci, reference_name="env")
+        flag = interval_disagreement(im_ci, env_ci, reference_name="env")
         records[name] = {"policy": path, "imagination": imagined, "env": real, "disagreement": flag}
         rows.append(
-            {"policy": name, "imagined": im_ci["success_rate"], "env": env_ci["success_rate"],
-             "imagined_ci": "{:.2f}-{:.2f}".format(*im_ci["success_ci95"]),
-             "env_ci": "{:.2f}-{:.2f}".format(*env_ci["success_ci95"]),
+            {"policy": name, "imagined": im_ci[0], "env": env_ci[0],
+             "imagined_ci": "{:.2f}-{:.2f}".format(*im_ci[1:]), "env_ci": "{:.2f}-{:.2f}".format(*env_ci[1:]),
              "imagined_success": imagined["success_rate"], "env_success": real["success_rate"]}
         )  # fmt: skip
     result = {

@@ -130,10 +130,21 @@ def disagreement(imagined: dict, reference: dict, reference_name: str = "sim") -
     """None when the success 95% intervals of two evaluation summaries of one policy overlap (`success_rate`
     and `success_ci95` [lo, hi] each: imagination's, and the simulator's or env's); else a sentence with
     both numbers, for the result JSON and the report."""
-    (i_lo, i_hi), (r_lo, r_hi) = imagined["success_ci95"], reference["success_ci95"]
+    return interval_disagreement(
+        (imagined["success_rate"], *imagined["success_ci95"]),
+        (reference["success_rate"], *reference["success_ci95"]),
+        reference_name,
+    )
+
+
+def interval_disagreement(
+    imagined: tuple[float, float, float], reference: tuple[float, float, float], reference_name: str = "sim"
+) -> str | None:
+    """`disagreement` for any figure in [0, 1] given as (value, low, high) on each side."""
+    (i_value, i_lo, i_hi), (r_value, r_lo, r_hi) = imagined, reference
     if i_lo <= r_hi and r_lo <= i_hi:
         return None
     return (
-        f"imagination {imagined['success_rate']:.0%} (95% CI {i_lo:.0%}-{i_hi:.0%}) vs {reference_name} "
-        f"{reference['success_rate']:.0%} (95% CI {r_lo:.0%}-{r_hi:.0%}): the intervals do not overlap"
+        f"imagination {i_value:.0%} (95% CI {i_lo:.0%}-{i_hi:.0%}) vs {reference_name} "
+        f"{r_value:.0%} (95% CI {r_lo:.0%}-{r_hi:.0%}): the intervals do not overlap"
     )
