@@ -255,7 +255,6 @@ def figures_of(
         )  # fmt: skip
     else:
         figures.update(per_seed[0])  # one run: its figures at the top level, as before --seeds
-        figures["after"] = per_seed[0]["after"]
     if ft_cfg.loop.rounds:
         figures["loop"] = [
             loop_figures(summary["loop"], seed_cfg.output_dir) for seed_cfg, summary, _ in runs
