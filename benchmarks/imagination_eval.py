@@ -186,8 +186,9 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
 
     import numpy as np
 
+    from worldloop.common.stats import auroc
     from worldloop.data.dataset import DatasetConfig, EpisodeDataset
-    from worldloop.rl_finetune.imagination.ranking import auroc, ranking_report
+    from worldloop.rl_finetune.imagination.ranking import ranking_report
     from worldloop.world_model.checkpoint_inputs import dataset_config_for
     from worldloop.world_model.model import WorldModel
 

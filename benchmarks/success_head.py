@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
+from worldloop.common.stats import auroc  # noqa: E402
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
-from worldloop.rl_finetune.imagination.ranking import auroc  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402
 
 

@@ -32,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
+from worldloop.common.stats import auroc  # noqa: E402
 from worldloop.rl_finetune.imagination.evaluation import evaluate_in_imagination  # noqa: E402
 from worldloop.rl_finetune.imagination.initial_states import sim_starts  # noqa: E402
 from worldloop.rl_finetune.imagination.policy_ranking import reached_along_imagined_paths  # noqa: E402
-from worldloop.rl_finetune.imagination.ranking import auroc  # noqa: E402
 from worldloop.vla.factory import load_policy  # noqa: E402
 from worldloop.vla.sim_evaluation import SimEvalConfig  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402

@@ -4,6 +4,7 @@ statistics. Pure numpy and math, so every part may use them.
 - `wilson_interval`: a binomial success rate over n episodes.
 - `mean_ci`: a mean over a few independent runs (seeds), with Student's t, since 3 seeds are far too few
   for a normal or bootstrap interval.
+- `auroc`: whether a score separates two classes at all, whatever threshold is later put on it.
 - `bootstrap_ci`: any statistic of grouped samples (e.g. a ranking correlation over policies whose success
   rates are each estimated from episodes), by resampling within each group.
 """
@@ -25,6 +26,23 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     centre = (p + z**2 / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """Area under the ROC curve: the chance a random positive scores above a random negative (ties 1/2).
+
+    NaN when one class is absent. Used to ask whether a success head separates successes from failures
+    at all, whatever threshold turns its probability into a decision.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=bool)
+    if s.shape != y.shape or s.ndim != 1:
+        raise ValueError(f"expected 1-D scores and labels of equal length, got {s.shape} and {y.shape}")
+    pos, neg = s[y], s[~y]
+    if len(pos) == 0 or len(neg) == 0:
+        return float("nan")
+    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(greater / (len(pos) * len(neg)))
 
 
 def _student_t_cdf(x: float, df: int) -> float:

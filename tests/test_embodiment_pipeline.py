@@ -86,6 +86,7 @@ def test_the_checkpoint_stores_embodiment_sizes_and_calibration(planar_model):
     # Calibration ran on the 2-D dataset instead of leaving the threshold at 0.5 unchecked.
     report = json.loads((planar_model["out"] / "eval" / "success_calibration.json").read_text())
     assert report["episodes"] == len(planar_model["held"]) and 0 < report["recorded_success"] < 1
+    assert 0 <= report["episode_auroc"] <= 1  # both outcomes were replayed, so it is a number
     assert model.cfg.heads.success_threshold == report["threshold"]
     # A later stage's dataset options: repeated values pass, contradicting ones name both values.
     ds = dataset_config_for(model.cfg, DatasetConfig(root=str(planar_model["data"]), image_size=[SIZE, SIZE]))

@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worldloop.rl_finetune.imagination.ranking import (
-    auroc,
     average_ranks,
     mmrv,
     pearson,
@@ -85,15 +84,6 @@ def test_matches_independent_formulas_and_mmrv_bounds(ref, rnd):
     assert 0.0 <= m <= max(ref) - min(ref) + 1e-12
     assert mmrv(ref, ref) == 0.0
     assert mmrv(np.array(ref) * 0.5 + 0.1, ref) == 0.0  # any increasing map keeps the order
-
-
-def test_auroc_by_hand():
-    assert auroc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
-    assert auroc([0.1, 0.2, 0.9, 0.8], [True, True, False, False]) == 0.0
-    assert auroc([0.5, 0.5], [True, False]) == 0.5
-    assert auroc([0.9, 0.3, 0.5, 0.2], [True, False, True, False]) == 1.0
-    assert auroc([0.9, 0.6, 0.5, 0.7], [True, False, True, False]) == 0.5  # 0.9 beats both, 0.5 beats none
-    assert math.isnan(auroc([0.1, 0.2], [True, True]))
 
 
 def test_threshold_sweep_judges_the_same_episodes_at_each_lower_threshold():

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from worldloop.common.stats import bootstrap_ci, mean_ci, student_t_quantile, wilson_interval
+from worldloop.common.stats import auroc, bootstrap_ci, mean_ci, student_t_quantile, wilson_interval
 from worldloop.rl_finetune.imagination.ranking import ranking_cis
 
 
@@ -68,3 +68,12 @@ def test_ranking_cis_known_orders():
     assert flat["pearson"]["undefined"] == 50 and math.isnan(flat["pearson"]["low"])
     with pytest.raises(ValueError, match="policies"):
         ranking_cis(outcomes, outcomes[:3])
+
+
+def test_auroc_by_hand():
+    assert auroc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
+    assert auroc([0.1, 0.2, 0.9, 0.8], [True, True, False, False]) == 0.0
+    assert auroc([0.5, 0.5], [True, False]) == 0.5
+    assert auroc([0.9, 0.3, 0.5, 0.2], [True, False, True, False]) == 1.0
+    assert auroc([0.9, 0.6, 0.5, 0.7], [True, False, True, False]) == 0.5  # 0.9 beats both, 0.5 beats none
+    assert math.isnan(auroc([0.1, 0.2], [True, True]))

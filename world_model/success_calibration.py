@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from worldloop.common.stats import auroc
 from worldloop.data.dataset import EpisodeDataset
 from worldloop.world_model.model import WorldModel
 from worldloop.world_model.world_model_env import (
@@ -123,6 +124,8 @@ def calibrate_success_threshold(
         "threshold": best["threshold"],
         "episodes": len(recorded),
         "recorded_success": float(recorded.mean()),
+        # Threshold-free: whether the replays' max success probability separates the episodes at all.
+        "episode_auroc": auroc(max_prob, recorded),
         "candidates": table,
         "bootstrap_picks": bootstrap_picks(max_prob, recorded, candidates, resamples),
     }

@@ -69,23 +69,6 @@ def mmrv(proxy: Sequence[float], reference: Sequence[float]) -> float:
     return float(violation.max(axis=1).mean())
 
 
-def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
-    """Area under the ROC curve: the chance a random positive scores above a random negative (ties 1/2).
-
-    NaN when one class is absent. Used to ask whether a success head separates successes from failures
-    at all, whatever threshold turns its probability into a decision.
-    """
-    s = np.asarray(scores, dtype=np.float64)
-    y = np.asarray(labels, dtype=bool)
-    if s.shape != y.shape or s.ndim != 1:
-        raise ValueError(f"expected 1-D scores and labels of equal length, got {s.shape} and {y.shape}")
-    pos, neg = s[y], s[~y]
-    if len(pos) == 0 or len(neg) == 0:
-        return float("nan")
-    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
-    return float(greater / (len(pos) * len(neg)))
-
-
 def ranking_report(proxy: Sequence[float], reference: Sequence[float]) -> dict[str, float]:
     x, y = _pair(proxy, reference)
     return {
