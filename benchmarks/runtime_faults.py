@@ -9,14 +9,15 @@ its limits (and ended held), how many frames a crash of a recording run lost.
   random target streams (jumps, out of range, NaN/inf, wrong shapes, holds), through `SafetyLimiter`;
   kept = `limit_violations` finds nothing and every joint ends inside, at rest. Starts beyond the margin
   must be refused.
-- server: random and malformed messages (tests/test_policy_server.py's generator), one client each; kept
+- server: random and malformed messages (`fault_injection.malformed_message`), one client each; kept
   = the server answers a good client after every 100.
 - blocked joint: lock-step runs towards a random goal in which a random joint stops following for a
-  random time (tests/test_runtime_faults.py); kept = no joint moved more in one tick than the guard
+  random time (`fault_injection.run_blocked`); kept = no joint moved more in one tick than the guard
   allows (margin + the error it may miss for tracking_ticks and one observation period at the velocity
   limit); the same runs without the guard for contrast.
-- signals: deploy runs in a child process (tests/runtime_child.py) sent SIGINT or SIGTERM, then another
-  during the stop; kept = no limit violated, held still for the whole hold, then disconnected.
+- signals: deploy runs in a child process (`python -m worldloop.real_robot.fault_injection`) sent SIGINT
+  or SIGTERM, then another during the stop; kept = no limit violated, held still for the whole hold, then
+  disconnected.
 - kill -9: recording deploy runs killed at a random time; the dataset is read back with lerobot (after
   `repair_recording` where the kill hit a save); lost = frames observed but not on disk.
 The machine is shared: the load average is recorded with the figures.
@@ -29,7 +30,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,11 +39,19 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the fault generators and test doubles live with the tests
 
 from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.embodiment import TABLETOP_ARM  # noqa: E402
 from worldloop.data.recording import RECORDING_META, repair_recording  # noqa: E402
+from worldloop.real_robot.fault_injection import (  # noqa: E402
+    answers_a_good_client,
+    malformed_message,
+    read_sends,
+    run_blocked,
+    send_raw,
+    start_child,
+    start_policy_server,
+)
 from worldloop.real_robot.safety import (  # noqa: E402
     SafetyConfig,
     SafetyLimiter,
@@ -52,7 +60,6 @@ from worldloop.real_robot.safety import (  # noqa: E402
 )
 
 SPEC, DT = TABLETOP_ARM, 0.01
-CHILD = ROOT / "tests" / "runtime_child.py"
 HOLD_S = 0.5
 
 
@@ -106,32 +113,17 @@ def limits(cases: int, rng: np.random.Generator) -> dict:
 
 
 def server(messages: int, rng: np.random.Generator) -> dict:
-    import threading
-
-    from test_policy_server import LIMIT, _answers_a_good_client, _malformed, _send_raw
-    from test_runtime_fakes import SlowSmoothPolicy
-
-    from worldloop.real_robot.policy_server import PolicyServer
-
-    srv = PolicyServer(
-        SlowSmoothPolicy(latency_s=0.0),
-        SPEC.joint_names,
-        port=0,
-        idle_timeout_s=0.5,
-        read_timeout_s=0.5,
-        max_message_bytes=LIMIT,
-    )
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv, _ = start_policy_server()
     answered = checks = 0
     kinds: dict[str, int] = {}
     try:
         for i in range(messages):
-            kind, message, hello = _malformed(rng)
+            kind, message, hello = malformed_message(rng)
             kinds[kind] = kinds.get(kind, 0) + 1
-            _send_raw(srv, message, hello)
+            send_raw(srv, message, hello)
             if i % 100 == 99:
                 checks += 1
-                answered += int(_answers_a_good_client(srv))
+                answered += int(answers_a_good_client(srv))
     finally:
         srv.close()
     return {
@@ -144,8 +136,6 @@ def server(messages: int, rng: np.random.Generator) -> dict:
 
 
 def blocked(runs: int, rng: np.random.Generator) -> dict:
-    from test_runtime_faults import run_blocked
-
     margin, ticks = 0.1, 20  # run_blocked's guard
     # Undetected, the error may exceed the margin for `ticks` ticks and one observation period (10 ticks)
     # more, growing at the velocity limit: the most a freed joint can then move in one tick.
@@ -176,16 +166,6 @@ def blocked(runs: int, rng: np.random.Generator) -> dict:
     }
 
 
-def _child(out: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), str(out), *args],
-        cwd=CHILD.parent,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def _wait_for(predicate, timeout: float) -> None:
     end = time.monotonic() + timeout
     while not predicate():
@@ -201,7 +181,7 @@ def signals(runs: int, rng: np.random.Generator) -> dict:
         first = [signal.SIGINT, signal.SIGTERM][i % 2]
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "sent.log"
-            child = _child(Path(tmp), f"--stop_hold_s={HOLD_S}")
+            child = start_child(Path(tmp), f"--stop_hold_s={HOLD_S}")
             try:
                 _wait_for(lambda log=log: log.exists() and log.read_text().count("send") >= 100, 180)
                 time.sleep(rng.uniform(0.0, 1.0))
@@ -212,9 +192,7 @@ def signals(runs: int, rng: np.random.Generator) -> dict:
             finally:
                 child.kill()
             lines = log.read_text().splitlines()
-            sent = np.array(
-                [[float(v) for v in line.split()[1:]] for line in lines if line.startswith("send")]
-            )
+            sent = read_sends(log)
             hold = int(HOLD_S / DT)
             ok = (
                 child.returncode == 130
@@ -245,7 +223,7 @@ def kills(runs: int, rng: np.random.Generator, segment_s: float) -> dict:
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) / "run"
-            child = _child(Path(tmp), "--record", f"--segment_s={segment_s}")
+            child = start_child(Path(tmp), "--record", f"--segment_s={segment_s}")
             try:
                 _wait_for(lambda root=root: _saved_segments(root) >= 1, 180)
                 time.sleep(rng.uniform(0.0, 4.0))

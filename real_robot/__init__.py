@@ -8,4 +8,7 @@
   (brake, rest pose, hold) that signals cannot cut short
 - `robots.py`, `recorder.py`, `deploy.py`: LeRobot robots and the sim robot, crash-safe recording in
   segments, the deploy entry
+- `fault_injection.py`: test doubles and fault generators (fake robots and policies, malformed server
+  messages, a deploy run in a child process) for the tests and benchmarks/runtime_faults.py; the runtime
+  never imports it
 """

@@ -229,9 +229,9 @@ def test_expert_policy_and_deploy_recordings_share_the_one_writer(tmp_path, monk
     frame passes its `add_frame`, and the datasets share features and `meta/recording.json` facts."""
     from imagination_fixtures import IMAGE_SIZE, tiny_policy
     from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
-    from test_runtime_fakes import SlowSmoothPolicy
 
     from worldloop.real_robot.deploy import DeployConfig, deploy
+    from worldloop.real_robot.fault_injection import SlowSmoothPolicy
     from worldloop.sim.tabletop_env import TabletopEnvConfig
     from worldloop.vla.sim_recording import record_policy_episodes
 

@@ -7,12 +7,12 @@ import json
 
 import numpy as np
 import pytest
-from test_runtime_fakes import SlowSmoothPolicy
 
 from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.data.features import ACTION, STATE, image_key
 from worldloop.data.recording import RECORDING_META
 from worldloop.real_robot.deploy import DeployConfig, deploy
+from worldloop.real_robot.fault_injection import SlowSmoothPolicy
 from worldloop.real_robot.recorder import EpisodeRecorder, RecordConfig
 
 

@@ -8,35 +8,27 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from test_runtime_fakes import FakeRobot, SlowSmoothPolicy
 
 from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.data.features import STATE
 from worldloop.data.recording import RECORDING_META, repair_recording
 from worldloop.real_robot.deploy import DeployConfig, deploy
-from worldloop.real_robot.fusion import FuserConfig, make_fuser
-from worldloop.real_robot.inference import PolicyRunner, SimulatedLatencyInference
-from worldloop.real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep
-from worldloop.real_robot.safety import (
-    SafetyConfig,
-    SafetyLimiter,
-    SafetyStop,
-    TrackingGuard,
-    limit_violations,
+from worldloop.real_robot.fault_injection import (
+    FakeRobot,
+    SlowSmoothPolicy,
+    read_sends,
+    run_blocked,
+    start_child,
 )
-from worldloop.vla.policy import Policy
+from worldloop.real_robot.safety import SafetyStop, limit_violations
 
 SPEC = TABLETOP_ARM
 DT = 0.01
-CHILD = Path(__file__).resolve().parent / "runtime_child.py"
 
 
 # ---- stop ----------------------------------------------------------------------------------------------
@@ -68,32 +60,12 @@ def test_a_second_interrupt_during_the_stop_does_not_cut_it_short(caplog, signum
     assert limit_violations(SPEC, DT, np.full(SPEC.num_joints, 0.2), sent) == []
 
 
-def _sends(log: Path) -> np.ndarray:
-    return np.array(
-        [
-            [float(v) for v in line.split()[1:]]
-            for line in log.read_text().splitlines()
-            if line.startswith("send")
-        ]
-    )
-
-
 def _wait_for(predicate, timeout: float, what: str) -> None:
     end = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > end:
             raise TimeoutError(f"waited {timeout}s for {what}")
         time.sleep(0.02)
-
-
-def _child(out: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), str(out), *args],
-        cwd=CHILD.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def _count_sends(log: Path) -> int:
@@ -103,7 +75,7 @@ def _count_sends(log: Path) -> int:
 @pytest.mark.slow  # ~20 s: a child process imports the deploy stack; the in-process test above is fast
 def test_sigterm_stops_like_ctrl_c_and_a_ctrl_c_during_that_stop_is_held_back(tmp_path):
     log = tmp_path / "sent.log"
-    child = _child(tmp_path, "--stop_hold_s=1.0")
+    child = start_child(tmp_path, "--stop_hold_s=1.0")
     try:
         _wait_for(lambda: _count_sends(log) >= 100, 120, "the child to run 1 s")
         child.send_signal(signal.SIGTERM)
@@ -114,83 +86,13 @@ def test_sigterm_stops_like_ctrl_c_and_a_ctrl_c_during_that_stop_is_held_back(tm
         child.kill()
     assert child.returncode == 130, stderr
     assert "SIGINT: the safe stop must finish first" in stderr
-    sent = _sends(log)
+    sent = read_sends(log)
     assert log.read_text().splitlines()[-1] == "disconnect"
     assert np.abs(sent[-100:] - sent[-1]).max() < 1e-12  # 1 s held with torque on
     assert limit_violations(SPEC, DT, np.full(SPEC.num_joints, 0.2), sent) == []
 
 
 # ---- tracking guard ------------------------------------------------------------------------------------
-class GoalPolicy(Policy):
-    """Every chunk says: go to `goal` (it never notices that the arm does not follow)."""
-
-    def __init__(self, goal):
-        super().__init__()
-        self.goal, self.chunk_size, self.n_action_steps = torch.tensor(goal, dtype=torch.float32), 10, 5
-
-    def reset(self) -> None:
-        pass
-
-    def predict_action_chunk(self, batch: dict) -> torch.Tensor:
-        return self.goal.expand(1, self.chunk_size, -1).clone()
-
-    def select_action(self, batch: dict) -> torch.Tensor:
-        return self.goal[None]
-
-    def save_pretrained(self, path) -> None:
-        raise NotImplementedError("a test double has no weights")
-
-    @classmethod
-    def from_pretrained(cls, path):
-        raise NotImplementedError("a test double has no weights")
-
-
-class BlockedJointRobot(FakeRobot):
-    """Joint `joint` stops following between sends `blocked_from` and `freed_at`; once freed it goes
-    straight to the command, at whatever speed that takes (as a servo released from a jam does)."""
-
-    def __init__(self, joint: int, blocked_from: int, freed_at: int):
-        super().__init__(start=np.zeros(SPEC.num_joints))
-        self.joint, self.blocked_from, self.freed_at = joint, blocked_from, freed_at
-        self.measured: list[np.ndarray] = []
-
-    def send_action(self, action: dict) -> dict:
-        held = self.position[self.joint]
-        super().send_action(action)
-        if self.blocked_from <= len(self.sent) < self.freed_at:
-            self.position[self.joint] = held
-        self.measured.append(self.position.copy())
-        return action
-
-
-def run_blocked(
-    tracking_margin, joint=1, blocked_from=20, freed_at=150, goal=(0.0, 1.2, 0.0, 0.0)
-) -> tuple[BlockedJointRobot, ControlRuntime, Exception | None]:
-    """A lock-step run towards `goal` in which `joint` is blocked between two sends; returns the robot,
-    the runtime and the SafetyStop it ended with (None if it ran its 3 s)."""
-    robot = BlockedJointRobot(joint=joint, blocked_from=blocked_from, freed_at=freed_at)
-    robot.connect()
-    cfg = RuntimeConfig(stop_hold_s=0.2)
-    safety_cfg = SafetyConfig(tracking_margin=tracking_margin, tracking_ticks=20)
-    fuser = make_fuser(FuserConfig(name="naive"), SPEC, DT)
-    runner = PolicyRunner(GoalPolicy(list(goal)), SPEC.joint_names, "reach", use_prefix=False)
-    runtime = ControlRuntime(
-        RobotIO(robot, SPEC.joint_names),
-        SimulatedLatencyInference(runner, lambda: 0.05),
-        fuser,
-        SafetyLimiter(SPEC, DT, safety_cfg),
-        SPEC,
-        cfg,
-        policy_chunk_size=10,
-        tracking=TrackingGuard(SPEC, safety_cfg) if tracking_margin else None,
-    )
-    try:
-        run_lockstep(runtime, 3.0)
-    except SafetyStop as e:
-        return robot, runtime, e
-    return robot, runtime, None
-
-
 def test_a_blocked_then_freed_joint_trips_the_tracking_guard_and_never_jumps(caplog):
     with caplog.at_level(logging.ERROR, logger="worldloop.real_robot.runtime"):
         robot, runtime, stop = run_blocked(tracking_margin=0.1)
@@ -218,7 +120,7 @@ def test_kill_9_of_a_recording_run_keeps_every_frame_up_to_the_last_save(tmp_pat
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     root = tmp_path / "run"
-    child = _child(tmp_path, "--record", "--segment_s=0.5")
+    child = start_child(tmp_path, "--record", "--segment_s=0.5")
     try:
         _wait_for(lambda: _durable_segments(root) >= 3, 120, "three saved segments")
         time.sleep(0.25)  # anywhere in the next segment

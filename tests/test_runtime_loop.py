@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_runtime_fakes import FakeRobot, SlowSmoothPolicy
 
 from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.real_robot.deploy import DeployConfig, deploy
+from worldloop.real_robot.fault_injection import FakeRobot, SlowSmoothPolicy
 from worldloop.real_robot.fusion import FuserConfig, make_fuser
 from worldloop.real_robot.inference import PolicyRunner, SimulatedLatencyInference
 from worldloop.real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep
