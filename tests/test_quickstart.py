@@ -63,3 +63,25 @@ def test_imagination_stages_use_the_world_model_with_heads_fitted_on_rollouts(tm
     names = list(stages)
     assert names.index("fit outcome heads on rollouts") > names.index("post-train world model")
     assert all(names.index(n) > names.index("fit outcome heads on rollouts") for n in users)
+
+
+def test_the_world_model_trains_on_its_own_rollouts_before_post_training(tmp_path):
+    stages = {s.name: s for s in stages_for(QuickstartConfig(), tmp_path)}
+    names = list(stages)
+    self_rollout = stages["train world model on its own rollouts"]
+    assert "--model.self_rollout_frames=2" in self_rollout.args
+    assert f"--init_from={tmp_path / 'world_model' / 'pretrained_model'}" in self_rollout.args
+    assert (
+        names.index("train world model")
+        < names.index(self_rollout.name)
+        < names.index("post-train world model")
+    )
+    sr_model = f"--world_model.path={tmp_path / 'world_model_self_rollout' / 'pretrained_model'}"
+    assert sr_model in stages["post-train world model"].args
+    # 0 steps skips the stage, and post-training reads the teacher-forced model instead.
+    skipped = {s.name: s for s in stages_for(QuickstartConfig(world_model_self_rollout_steps=0), tmp_path)}
+    assert self_rollout.name not in skipped
+    assert (
+        f"--world_model.path={tmp_path / 'world_model' / 'pretrained_model'}"
+        in skipped["post-train world model"].args
+    )
