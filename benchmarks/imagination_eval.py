@@ -186,7 +186,7 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
 
     import numpy as np
 
-    from worldloop.common.stats import auroc
+    from worldloop.common.stats import auroc, bootstrap_ci
     from worldloop.data.dataset import DatasetConfig, EpisodeDataset
     from worldloop.rl_finetune.imagination.ranking import ranking_report
     from worldloop.world_model.checkpoint_inputs import dataset_config_for
@@ -225,7 +225,13 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
     )
     report = ranking_report([r["imagined_success"] for r in rows], [r["recorded_success"] for r in rows])
     agreement = float((imagined == real).mean())
-    separation = auroc([r["max_success_prob"] for r in results], real.astype(bool))
+    max_prob = np.array([r["max_success_prob"] for r in results])
+    separation = auroc(max_prob, real.astype(bool))
+    # Resampled within successes and within failures, so each resample keeps both classes.
+    separation_ci = bootstrap_ci(
+        lambda g: auroc(np.concatenate(g), np.r_[np.ones(len(g[0])), np.zeros(len(g[1]))].astype(bool)),
+        [max_prob[real == 1], max_prob[real == 0]],
+    ) if 0 < real.sum() < len(real) else None  # fmt: skip
     print(
         f"per-episode agreement {agreement:.2f}, success-head AUROC {separation:.2f}; overall imagined {imagined.mean():.2f} vs recorded {real.mean():.2f}; "
         f"across skill bins Pearson {report['pearson']:.3f} Spearman {report['spearman']:.3f} MMRV {report['mmrv']:.3f}"
@@ -236,6 +242,8 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
         "episodes": len(episodes),
         "per_episode_agreement": agreement,
         "success_head_auroc": separation,  # max imagined success probability vs recorded success
+        "success_head_auroc_ci95": separation_ci,
+        "judge": env.judge(),  # the heads' inputs and the success threshold the verdicts above used
         "imagined_success": float(imagined.mean()),
         "recorded_success": float(real.mean()),
         "skill_bins": rows,

@@ -231,3 +231,31 @@ def test_env_starts_are_its_seeded_resets_at_the_model_size(planar_model):
     assert np.allclose(starts.state.numpy(), np.stack(expected))
     obs = env.reset(starts, seed=0)  # and imagination starts from them
     assert obs["observation.state"].shape == (2, 2)
+
+
+def test_open_loop_replay_scores_the_judge_with_its_interval_and_names_it(
+    planar_model, tmp_path, monkeypatch
+):
+    import shutil
+
+    import benchmarks._common as common
+    from benchmarks import imagination_eval
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    data = shutil.copytree(planar_model["data"], tmp_path / "replays")
+    info = json.loads((data / "meta" / "info.json").read_text())
+    success = [i % 2 == 0 for i in range(info["total_episodes"])]  # the replay's reference, written here
+    episodes = [{"episode_index": i, "skill": i / 10, "success": s} for i, s in enumerate(success)]
+    (data / "meta" / "recording.json").write_text(json.dumps({"episodes": episodes}))
+    args = [
+        f"--world_model={planar_model['wm']}", f"--replay_dataset={data}", "--replay_split=all",
+        f"--horizon={LENGTH - 1}", "--batch_envs=3", "--skill_bins=2", "--threads=1", "--name=replay_planar",
+    ]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", ["imagination_eval.py", *args])
+    imagination_eval.main()
+    figures = json.loads((tmp_path / "results" / "replay_planar.json").read_text())["figures"]
+    assert figures["episodes"] == EPISODES and figures["recorded_success"] == pytest.approx(0.5)
+    ci = figures["success_head_auroc_ci95"]
+    assert ci["low"] <= figures["success_head_auroc"] <= ci["high"]
+    judge = WorldModel.from_pretrained(planar_model["wm"]).cfg.heads
+    assert figures["judge"]["kind"] == "drawn_frames" and figures["judge"]["reads_state"] == judge.use_state
