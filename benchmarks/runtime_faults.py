@@ -45,12 +45,15 @@ from worldloop.common.embodiment import TABLETOP_ARM  # noqa: E402
 from worldloop.data.recording import RECORDING_META, repair_recording  # noqa: E402
 from worldloop.real_robot.fault_injection import (  # noqa: E402
     answers_a_good_client,
+    count_sends,
     malformed_message,
     read_sends,
     run_blocked,
+    saved_segments,
     send_raw,
     start_child,
     start_policy_server,
+    wait_for,
 )
 from worldloop.real_robot.safety import (  # noqa: E402
     SafetyConfig,
@@ -166,14 +169,6 @@ def blocked(runs: int, rng: np.random.Generator) -> dict:
     }
 
 
-def _wait_for(predicate, timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise TimeoutError(f"child did not get going within {timeout}s")
-        time.sleep(0.02)
-
-
 def signals(runs: int, rng: np.random.Generator) -> dict:
     kept = 0
     cases = []
@@ -183,7 +178,7 @@ def signals(runs: int, rng: np.random.Generator) -> dict:
             log = Path(tmp) / "sent.log"
             child = start_child(Path(tmp), f"--stop_hold_s={HOLD_S}")
             try:
-                _wait_for(lambda log=log: log.exists() and log.read_text().count("send") >= 100, 180)
+                wait_for(lambda log=log: count_sends(log) >= 100, 180, "the child to run 1 s")
                 time.sleep(rng.uniform(0.0, 1.0))
                 child.send_signal(first)
                 time.sleep(rng.uniform(0.0, 0.3))  # inside the stop
@@ -205,13 +200,6 @@ def signals(runs: int, rng: np.random.Generator) -> dict:
     return {"runs": runs, "cases": cases, "kept_within_limits_held_and_disconnected": kept}
 
 
-def _saved_segments(root: Path) -> int:
-    try:
-        return len(json.loads((root / RECORDING_META).read_text())["episodes"])
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return 0
-
-
 def kills(runs: int, rng: np.random.Generator, segment_s: float) -> dict:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -225,7 +213,7 @@ def kills(runs: int, rng: np.random.Generator, segment_s: float) -> dict:
             root = Path(tmp) / "run"
             child = start_child(Path(tmp), "--record", f"--segment_s={segment_s}")
             try:
-                _wait_for(lambda root=root: _saved_segments(root) >= 1, 180)
+                wait_for(lambda root=root: saved_segments(root) >= 1, 180, "a saved segment")
                 time.sleep(rng.uniform(0.0, 4.0))
             finally:
                 child.kill()

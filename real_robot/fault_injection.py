@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from worldloop.common.embodiment import TABLETOP_ARM
+from worldloop.data.recording import RECORDING_META
 from worldloop.real_robot.fusion import FuserConfig, make_fuser
 from worldloop.real_robot.inference import InferenceRequest, PolicyRunner, SimulatedLatencyInference
 from worldloop.real_robot.policy_server import PolicyServer, RemotePolicyClient, _encode
@@ -421,6 +422,29 @@ def read_sends(log: Path) -> np.ndarray:
             if line.startswith("send")
         ]
     )
+
+
+def count_sends(log: Path) -> int:
+    """How many commands a child has sent so far (0 before its sent.log exists)."""
+    return log.read_text().count("send") if log.exists() else 0
+
+
+def saved_segments(root: Path) -> int:
+    """How many segments a child's recording has saved so far (0 before its first save, or while the
+    metadata is being rewritten)."""
+    try:
+        return len(json.loads((root / RECORDING_META).read_text())["episodes"])
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return 0
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    """Poll `predicate` until it holds; TimeoutError naming `what` after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise TimeoutError(f"waited {timeout}s for {what}")
+        time.sleep(0.02)
 
 
 class LoggedRobot:

@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +20,12 @@ from worldloop.real_robot.deploy import DeployConfig, deploy
 from worldloop.real_robot.fault_injection import (
     FakeRobot,
     SlowSmoothPolicy,
+    count_sends,
     read_sends,
     run_blocked,
+    saved_segments,
     start_child,
+    wait_for,
 )
 from worldloop.real_robot.safety import SafetyStop, limit_violations
 
@@ -60,24 +62,12 @@ def test_a_second_interrupt_during_the_stop_does_not_cut_it_short(caplog, signum
     assert limit_violations(SPEC, DT, np.full(SPEC.num_joints, 0.2), sent) == []
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise TimeoutError(f"waited {timeout}s for {what}")
-        time.sleep(0.02)
-
-
-def _count_sends(log: Path) -> int:
-    return log.read_text().count("send") if log.exists() else 0
-
-
 @pytest.mark.slow  # ~20 s: a child process imports the deploy stack; the in-process test above is fast
 def test_sigterm_stops_like_ctrl_c_and_a_ctrl_c_during_that_stop_is_held_back(tmp_path):
     log = tmp_path / "sent.log"
     child = start_child(tmp_path, "--stop_hold_s=1.0")
     try:
-        _wait_for(lambda: _count_sends(log) >= 100, 120, "the child to run 1 s")
+        wait_for(lambda: count_sends(log) >= 100, 120, "the child to run 1 s")
         child.send_signal(signal.SIGTERM)
         time.sleep(0.2)  # inside the stop (the hold alone lasts 1 s)
         child.send_signal(signal.SIGINT)
@@ -108,13 +98,6 @@ def test_a_blocked_then_freed_joint_trips_the_tracking_guard_and_never_jumps(cap
 
 
 # ---- recording under crashes --------------------------------------------------------------------------
-def _durable_segments(root: Path) -> int:
-    try:
-        return len(json.loads((root / RECORDING_META).read_text())["episodes"])
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return 0
-
-
 @pytest.mark.slow  # ~20 s: a child process (benchmarks/runtime_faults.py repeats it)
 def test_kill_9_of_a_recording_run_keeps_every_frame_up_to_the_last_save(tmp_path):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -122,7 +105,7 @@ def test_kill_9_of_a_recording_run_keeps_every_frame_up_to_the_last_save(tmp_pat
     root = tmp_path / "run"
     child = start_child(tmp_path, "--record", "--segment_s=0.5")
     try:
-        _wait_for(lambda: _durable_segments(root) >= 3, 120, "three saved segments")
+        wait_for(lambda: saved_segments(root) >= 3, 120, "three saved segments")
         time.sleep(0.25)  # anywhere in the next segment
     finally:
         child.kill()  # SIGKILL: no handler, no finally
