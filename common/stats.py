@@ -4,7 +4,8 @@ statistics. Pure numpy and math, so every part may use them.
 - `wilson_interval`: a binomial success rate over n episodes.
 - `mean_ci`: a mean over a few independent runs (seeds), with Student's t, since 3 seeds are far too few
   for a normal or bootstrap interval.
-- `auroc`: whether a score separates two classes at all, whatever threshold is later put on it.
+- `auroc`, `auroc_ci`: whether a score separates two classes at all, whatever threshold is later put on
+  it; the interval resamples within each class.
 - `bootstrap_ci`: any statistic of grouped samples (e.g. a ranking correlation over policies whose success
   rates are each estimated from episodes), by resampling within each group.
 """
@@ -123,3 +124,24 @@ def bootstrap_ci(
         "n_boot": n_boot,
         "undefined": int(len(draws) - len(finite)),
     }
+
+
+def auroc_ci(
+    scores: Sequence[float], labels: Sequence[bool], n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> dict[str, float] | None:
+    """`auroc` with a percentile bootstrap interval ({value, low, high, n_boot, undefined}, as
+    `bootstrap_ci`), resampling positives and negatives separately so that every resample holds both
+    classes. None when one class is absent (there is nothing to separate)."""
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=bool)
+    if s.shape != y.shape or s.ndim != 1:
+        raise ValueError(f"expected 1-D scores and labels of equal length, got {s.shape} and {y.shape}")
+    if y.all() or not y.any():
+        return None
+    return bootstrap_ci(
+        lambda g: auroc(np.concatenate(g), np.r_[np.ones(len(g[0]), bool), np.zeros(len(g[1]), bool)]),
+        [s[y], s[~y]],
+        n_boot=n_boot,
+        level=level,
+        seed=seed,
+    )

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from worldloop.common.stats import auroc, bootstrap_ci, mean_ci, student_t_quantile, wilson_interval
+from worldloop.common.stats import auroc, auroc_ci, bootstrap_ci, mean_ci, student_t_quantile, wilson_interval
 from worldloop.rl_finetune.imagination.ranking import ranking_cis
 
 
@@ -77,3 +77,17 @@ def test_auroc_by_hand():
     assert auroc([0.9, 0.3, 0.5, 0.2], [True, False, True, False]) == 1.0
     assert auroc([0.9, 0.6, 0.5, 0.7], [True, False, True, False]) == 0.5  # 0.9 beats both, 0.5 beats none
     assert math.isnan(auroc([0.1, 0.2], [True, True]))
+
+
+def test_auroc_ci_resamples_within_each_class():
+    rng = np.random.default_rng(0)
+    scores = np.r_[rng.normal(1.0, 1.0, 60), rng.normal(0.0, 1.0, 60)]
+    labels = np.r_[np.ones(60, bool), np.zeros(60, bool)]
+    ci = auroc_ci(scores, labels, n_boot=500)
+    assert ci["value"] == auroc(scores, labels) and ci["low"] < ci["value"] < ci["high"]
+    assert ci["undefined"] == 0  # no resample lost a class
+    separated = auroc_ci(np.r_[np.ones(5), np.zeros(5)], labels[55:65], n_boot=200)
+    assert separated["low"] == separated["high"] == 1.0
+    assert auroc_ci([0.2, 0.9], [True, True]) is None
+    with pytest.raises(ValueError, match="equal length"):
+        auroc_ci([0.1, 0.2], [True])
