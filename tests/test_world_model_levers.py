@@ -66,6 +66,58 @@ def test_the_self_rollout_loss_joins_the_training_loss_only_when_asked():
         WorldModelConfig(self_rollout_frames=2, self_rollout_grad_frames=3).validate()
 
 
+def _moving_dot_window(t=4):
+    """Grey frames with a 2x2 white dot that moves 4 pixels right each frame (the gym-pusht agent, small)."""
+    frames = torch.full((1, t, 3, SIZE, SIZE), 0.5)
+    for i in range(t):
+        frames[0, i, :, 6:8, 2 + 4 * i : 4 + 4 * i] = 1.0
+    return frames, torch.randn(1, t, 4, generator=torch.Generator().manual_seed(0))
+
+
+def test_motion_weights_mark_what_moved_grown_by_a_pixel_and_nothing_else():
+    frames, actions = _moving_dot_window()
+    model = tiny_model(motion_loss_weight=9.0)
+    _, x, _ = model.encode_window(frames, actions)
+    w = model.motion_weights(x)
+    assert w.shape == (1, 3, 1, 1, SIZE, SIZE)
+    # frame 1: the dot left columns 2-3 and arrived at 6-7 (rows 6-7); grown by one pixel each way
+    expected = torch.ones(SIZE, SIZE)
+    expected[5:9, 1:5] = 10.0
+    expected[5:9, 5:9] = 10.0
+    torch.testing.assert_close(w[0, 0, 0, 0], expected)
+    assert tiny_model().motion_weights(x) is None
+    with pytest.raises(ValueError, match="motion_loss_weight"):
+        WorldModelConfig(motion_loss_weight=-1.0).validate()
+
+
+def test_motion_weighted_loss_counts_errors_on_the_mover_more():
+    frames, actions = _moving_dot_window()
+    model = tiny_model(motion_loss_weight=9.0)
+    _, x, _ = model.encode_window(frames, actions)
+    target = x[:, 1:]
+    w = model.motion_weights(x)
+    on_mover = target.clone()
+    on_mover[0, 0, 0, :, 6, 6] += 1.0  # an error where the dot arrived
+    on_background = target.clone()
+    on_background[0, 0, 0, :, 12, 12] += 1.0  # the same error on the still background
+    assert model.frame_loss(on_mover, target, w) > 5 * model.frame_loss(on_background, target, w)
+    # the plain MSE cannot tell them apart; uniform weights give the plain MSE
+    torch.testing.assert_close(
+        model.frame_loss(on_mover, target, None), model.frame_loss(on_background, target, None)
+    )
+    torch.testing.assert_close(
+        model.frame_loss(on_mover, target, torch.ones_like(w)), model.frame_loss(on_mover, target, None)
+    )
+    # still frames: nothing moved, so the weighted training loss is the plain one
+    still = frames[:, :1].expand(-1, 4, -1, -1, -1)
+    plain_model = tiny_model().train()
+    torch.manual_seed(5)
+    weighted, _ = model.train().compute_loss(still, actions)
+    torch.manual_seed(5)
+    plain, _ = plain_model.compute_loss(still, actions)
+    torch.testing.assert_close(weighted, plain)
+
+
 def _two_futures(x_t: torch.Tensor, t: float):
     """The exact clean-frame estimate when the future is either -1 or +1, equally likely."""
     if t >= 1:
