@@ -29,6 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tqdm.auto import tqdm  # noqa: E402
+
 from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
@@ -40,8 +42,7 @@ from worldloop.vla.sim_evaluation import SimEvalConfig  # noqa: E402
 from worldloop.world_model.world_model_env import (  # noqa: E402
     WorldModelEnv,
     WorldModelEnvConfig,
-    from_dataset,
-    replay_actions,
+    replay_episodes,
 )
 
 
@@ -200,15 +201,9 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
     train, held_out = dataset.split()  # the world model's split when it used the default split settings
     episodes = {"held_out": held_out, "train": train, "all": dataset.episode_indices}[cfg.replay_split]
     episodes = [e for e in episodes if dataset.episodes[e].length >= cfg.horizon][: cfg.replay_max_episodes]
-    table = dataset.frame_table()
     t0 = time.perf_counter()
-    results = []
-    for first in range(0, len(episodes), cfg.batch_envs):
-        group = episodes[first : first + cfg.batch_envs]
-        starts = from_dataset(dataset, group, env.cameras, context=1)
-        actions = torch.stack([table.action[dataset.episodes[e].start :][: cfg.horizon] for e in group])
-        results += replay_actions(env, starts, actions, seed=cfg.seed + first)
-        print(f"replayed {len(results)}/{len(episodes)} episodes")
+    with tqdm(total=len(episodes), desc="replaying", unit="episode") as bar:
+        results = replay_episodes(env, dataset, episodes, cfg.horizon, cfg.batch_envs, cfg.seed, bar=bar)
     seconds = time.perf_counter() - t0
     skills = np.array([recorded[e]["skill"] for e in episodes])
     real = np.array([recorded[e]["success"] for e in episodes], dtype=float)

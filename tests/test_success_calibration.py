@@ -72,6 +72,34 @@ def test_replay_reads_every_episode_and_its_recorded_outcome(tiny_lerobot_datase
     assert np.array_equal(max_prob, again)  # seeded
 
 
+def test_replay_episodes_is_replay_actions_batch_by_batch(tiny_lerobot_dataset, tmp_path):
+    from worldloop.world_model.world_model_env import (
+        WorldModelEnv,
+        WorldModelEnvConfig,
+        from_dataset,
+        replay_actions,
+        replay_episodes,
+    )
+
+    root = tiny_lerobot_dataset(tmp_path, episodes=3, length=[5, 6, 5], cameras=("front",))
+    dataset = EpisodeDataset(DatasetConfig(root=str(root), cameras=["front"], image_size=[16, 16]))
+    dit = VideoDiTConfig(image_size=16, patch_size=4, width=32, depth=1, heads=2, context_frames=2)
+    torch.manual_seed(0)
+    env = WorldModelEnv(
+        WorldModel(WorldModelConfig(dit=dit, idm=InverseDynamicsConfig(channels=8))).eval(),
+        WorldModelEnvConfig(horizon=4, terminate_on_success=False),
+    )
+    results = replay_episodes(env, dataset, [2, 0, 1], steps=4, batch_size=2, seed=7)
+    table = dataset.frame_table()
+    by_hand = []
+    for first, group in ((0, [2, 0]), (2, [1])):
+        actions = torch.stack([table.action[dataset.episodes[e].start :][:4] for e in group])
+        by_hand += replay_actions(env, from_dataset(dataset, group, env.cameras), actions, seed=7 + first)
+    assert results == by_hand and len(results) == 3
+    with pytest.raises(ValueError, match=r"episodes \[0, 2\] have fewer than 6 frames"):
+        replay_episodes(env, dataset, [0, 1, 2], steps=6, batch_size=2, seed=7)
+
+
 @pytest.mark.parametrize(("held_out_fraction", "expected"), [(0.0, 4), (0.5, 2)])
 def test_calibrate_only_uses_held_out_episodes_or_all_of_a_calibration_dataset(
     tiny_lerobot_dataset, tmp_path, monkeypatch, held_out_fraction, expected

@@ -29,8 +29,7 @@ from worldloop.world_model.model import WorldModel
 from worldloop.world_model.world_model_env import (
     WorldModelEnv,
     WorldModelEnvConfig,
-    from_dataset,
-    replay_actions,
+    replay_episodes,
 )
 
 CANDIDATES = tuple(round(float(t), 2) for t in np.arange(0.5, 0.96, 0.05))
@@ -49,25 +48,22 @@ def replay_max_success(
     """Each episode replayed open loop from its first frame: (max success probability over its steps,
     whether it succeeded in the recording), both [len(episodes)]."""
     table = dataset.frame_table()
-    cameras = tuple(model.cfg.cameras)
     selected = dataset.select_episodes(episodes)
-    by_length: dict[int, list] = {}
+    by_length: dict[int, list[int]] = {}
     for ep in selected:
         if ep.length >= 2:
-            by_length.setdefault(ep.length, []).append(ep)
+            by_length.setdefault(ep.length, []).append(ep.index)
     found, recorded = {}, {}
     bar = tqdm(total=sum(len(g) for g in by_length.values()), desc="calibrating success", unit="episode")
     for length, group in by_length.items():
         env = WorldModelEnv(model, WorldModelEnvConfig(horizon=length - 1, terminate_on_success=False))
-        for i in range(0, len(group), batch_size):
-            chunk = group[i : i + batch_size]
-            starts = from_dataset(dataset, [ep.index for ep in chunk], cameras)
-            actions = torch.stack([table.action[ep.start : ep.end - 1] for ep in chunk])
-            results = replay_actions(env, starts, actions, seed=seed + i, chunk=length - 1)
-            for ep, result in zip(chunk, results):
-                found[ep.index] = result["max_success_prob"]
-                recorded[ep.index] = bool(table.success[ep.start : ep.end].any())
-            bar.update(len(chunk))
+        results = replay_episodes(
+            env, dataset, group, length - 1, batch_size, seed, chunk=length - 1, bar=bar
+        )
+        for index, result in zip(group, results):
+            ep = dataset.episodes[index]
+            found[index] = result["max_success_prob"]
+            recorded[index] = bool(table.success[ep.start : ep.end].any())
     bar.close()
     kept = [ep.index for ep in selected if ep.index in found]
     return np.array([found[e] for e in kept]), np.array([recorded[e] for e in kept])

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
 
 from worldloop.common.embodiment import EmbodimentSpec
 from worldloop.data.dataset import EpisodeDataset
@@ -361,3 +362,36 @@ def replay_actions(
         }
         for i in range(starts.batch_size)
     ]
+
+
+def replay_episodes(
+    env: WorldModelEnv,
+    dataset: EpisodeDataset,
+    episodes: list[int],
+    steps: int,
+    batch_size: int,
+    seed: int,
+    chunk: int = 10,
+    bar: tqdm | None = None,
+) -> list[dict]:
+    """`replay_actions` over dataset episodes, `batch_size` at a time: each episode from its first frame
+    under its first `steps` recorded actions (every episode needs at least `steps` frames, each with its action). One result per
+    episode, in order; batch k (from episode index i = k * batch_size) is seeded `seed + i`. `bar`: a progress
+    bar advanced by each batch's episodes."""
+    short = [e for e in episodes if dataset.episodes[e].length < steps]
+    if short:
+        raise ValueError(
+            f"{dataset.root}: episodes {short[:5]} have fewer than {steps} frames; replaying {steps} steps "
+            "needs at least that many recorded actions"
+        )
+    table = dataset.frame_table()
+    results = []
+    for first in range(0, len(episodes), batch_size):
+        group = episodes[first : first + batch_size]
+        starts = from_dataset(dataset, group, env.cameras)
+        start_rows = [dataset.episodes[e].start for e in group]
+        actions = torch.stack([table.action[row : row + steps] for row in start_rows])
+        results += replay_actions(env, starts, actions, seed=seed + first, chunk=chunk)
+        if bar is not None:
+            bar.update(len(group))
+    return results
