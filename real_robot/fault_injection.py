@@ -43,7 +43,7 @@ from worldloop.common.embodiment import TABLETOP_ARM
 from worldloop.data.recording import RECORDING_META
 from worldloop.real_robot.fusion import FuserConfig, make_fuser
 from worldloop.real_robot.inference import InferenceRequest, PolicyRunner, SimulatedLatencyInference
-from worldloop.real_robot.policy_server import PolicyServer, RemotePolicyClient, _encode
+from worldloop.real_robot.policy_server import PolicyServer, RemotePolicyClient, encode_message
 from worldloop.real_robot.runtime import ControlRuntime, RobotIO, RuntimeConfig, run_lockstep
 from worldloop.real_robot.safety import SafetyConfig, SafetyLimiter, SafetyStop, TrackingGuard
 from worldloop.vla.policy import Policy
@@ -391,7 +391,7 @@ def send_raw(server: PolicyServer, message: bytes, hello: bool) -> None:
     """One client sends `message` (after a hello where `hello`) and reads until the server drops it."""
     with socket.create_connection(server.address, timeout=5.0) as sock:
         if hello:
-            sock.sendall(_encode({"kind": "hello"}, {}))
+            sock.sendall(encode_message({"kind": "hello"}, {}))
             sock.recv(1 << 16)
         try:
             sock.sendall(message)

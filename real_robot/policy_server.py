@@ -50,7 +50,9 @@ class ProtocolError(ValueError):
     """A message that does not follow the protocol (the connection is dropped)."""
 
 
-def _encode(meta: dict, arrays: dict[str, np.ndarray]) -> bytes:
+def encode_message(meta: dict, arrays: dict[str, np.ndarray]) -> bytes:
+    """One length-prefixed message: the JSON header `meta` and the arrays in an `.npz` (`decode_message`
+    reads it back, without the prefix)."""
     buf = io.BytesIO()
     np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
     payload = buf.getvalue()
@@ -58,7 +60,7 @@ def _encode(meta: dict, arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def _send(sock: socket.socket, meta: dict, arrays: dict[str, np.ndarray], limit: int) -> None:
-    message = _encode(meta, arrays)
+    message = encode_message(meta, arrays)
     if len(message) - _HEADER.size > limit:
         raise ProtocolError(f"outgoing message of {len(message)} bytes exceeds the {limit} byte limit")
     sock.sendall(message)
