@@ -3,7 +3,8 @@
 python benchmarks/imagination_eval.py --world_model=outputs/world_model/tiny/pretrained_model \
     --zoo=outputs/zoo --episodes=30 --task=reach
 
-Every policy directory under `zoo` (any `*/pretrained_model` or directory holding a config.yaml) is run for
+Every policy directory under `zoo` (one holding our config.yaml, or LeRobot's config.json, with its weights; a
+scripted pusher needs none; checkpoints/ of a training run are skipped, link the ones you want) is run for
 `episodes` episodes in the world model and in the simulator, both starting from the sim resets with seeds
 `seed..seed+episodes-1`. Prints the per-policy table (imagined and sim success with Wilson intervals, gap,
 wall time) and Pearson r, Spearman rho and MMRV with bootstrap 95% intervals; writes benchmarks/results/imagination_eval.json and the
@@ -92,9 +93,18 @@ def find_policies(zoo: Path) -> list[str]:
     def is_policy(config: Path) -> bool:  # weights beside it, or a scripted policy that has none
         if (config.parent / "model.safetensors").is_file():
             return True
-        return (yaml.safe_load(config.read_text()) or {}).get("type") == "scripted_pusher"
+        return (
+            config.suffix == ".yaml"
+            and (yaml.safe_load(config.read_text()) or {}).get("type") == "scripted_pusher"
+        )
 
-    found = sorted({str(p.parent) for p in zoo.rglob("config.yaml") if is_policy(p)})
+    configs = [  # ours (config.yaml), LeRobot's (config.json); through linked-in directories too
+        Path(folder, name)
+        for folder, _, names in os.walk(zoo, followlinks=True)
+        for name in names
+        if name in ("config.yaml", "config.json")
+    ]
+    found = sorted({str(p.parent) for p in configs if is_policy(p)})
     # a training run holds checkpoints/*/pretrained_model as well as the final pretrained_model: keep the final
     return [p for p in found if "checkpoints" not in Path(p).parts]
 

@@ -3,6 +3,7 @@ random models (16x16 frames, 4-step episodes)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import numpy as np
@@ -365,3 +366,26 @@ def test_observe_sim_judges_the_sims_own_frames(tmp_path, saved_models):
     assert [{k: v for k, v in e.items() if k != "video"} for e in saved["per_episode"]] == judged[
         "per_episode"
     ][:2]
+
+
+def test_zoo_finds_our_lerobots_and_scripted_policies_and_skips_checkpoints(tmp_path):
+    find_policies = importlib.import_module("benchmarks.imagination_eval").find_policies
+    zoo = tmp_path / "zoo"
+    for name, config in [
+        ("flow", "config.yaml"),
+        ("act", "config.json"),
+        ("run/checkpoints/000100", "config.json"),
+    ]:
+        (zoo / name).mkdir(parents=True)
+        (zoo / name / config).write_text("{}")
+        (zoo / name / "model.safetensors").write_bytes(b"")
+    (zoo / "pusher").mkdir()
+    (zoo / "pusher" / "config.yaml").write_text("type: scripted_pusher\n")
+    (zoo / "notes").mkdir()
+    (zoo / "notes" / "config.json").write_text("{}")  # no weights: not a policy
+    elsewhere = tmp_path / "lerobot_run" / "checkpoints" / "000200" / "pretrained_model"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "config.json").write_text("{}")
+    (elsewhere / "model.safetensors").write_bytes(b"")
+    (zoo / "act_200").symlink_to(elsewhere)  # a checkpoint linked in joins the zoo
+    assert find_policies(zoo) == [str(zoo / n) for n in ("act", "act_200", "flow", "pusher")]
