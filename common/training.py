@@ -66,7 +66,7 @@ class TrainLoopConfig:
     grad_clip: float = 1.0  # 0 disables clipping
     ema_decay: float = 0.999  # 0 disables EMA
     checkpoint_every: int = 500
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2  # the newest N; 0 keeps every one (snapshots for a policy zoo)
     log_every: int = 20
     eval_every: int = 0  # 0: evaluate only at the end
     mixed_precision: str = "no"  # no | fp16 | bf16
@@ -87,6 +87,10 @@ def _validate(cfg: TrainLoopConfig) -> None:
         raise ValueError(f"train.report_to must be tensorboard, wandb or none, got {cfg.report_to!r}")
     if not 0.0 <= cfg.ema_decay < 1.0:
         raise ValueError(f"train.ema_decay must be in [0, 1), got {cfg.ema_decay}")
+    if cfg.keep_checkpoints < 0:
+        raise ValueError(
+            f"train.keep_checkpoints must be >= 0 (0 keeps every one), got {cfg.keep_checkpoints}"
+        )
 
 
 def check_launcher_flags(cfg: TrainLoopConfig, env: dict[str, str] | None = None) -> str | None:
@@ -306,8 +310,9 @@ def run_training(
                 state_dir / "state.json",
             )
         atomic_write_text(output_dir / "checkpoints" / "last", target.name)
-        for old in _checkpoint_dirs(output_dir)[: -cfg.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
+        if cfg.keep_checkpoints:
+            for old in _checkpoint_dirs(output_dir)[: -cfg.keep_checkpoints]:
+                shutil.rmtree(old, ignore_errors=True)
 
     def evaluate() -> None:
         if eval_fn is None or not accelerator.is_main_process:

@@ -79,6 +79,23 @@ def test_resume_is_exact(tmp_path):
         assert torch.equal(v, final_a[k])
 
 
+@pytest.mark.parametrize(
+    ("keep", "kept"), [(2, ["0000006", "0000008"]), (0, ["0000002", "0000004", "0000006", "0000008"])]
+)
+def test_keep_checkpoints_keeps_the_newest_or_every_one(tmp_path, keep, kept):
+    run_training(
+        nn.Linear(4, 1),
+        LinearData(),
+        Recorder(),
+        cfg(checkpoint_every=2, keep_checkpoints=keep),
+        tmp_path,
+        save_fn,
+    )
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.is_dir()) == kept
+    with pytest.raises(ValueError, match="train.keep_checkpoints"):
+        run_training(nn.Linear(4, 1), LinearData(), Recorder(), cfg(keep_checkpoints=-1), tmp_path, save_fn)
+
+
 def test_resume_without_checkpoint_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         run_training(nn.Linear(4, 1), LinearData(), Recorder(), cfg(), tmp_path, save_fn, resume=True)
