@@ -50,6 +50,27 @@ def test_dit_shapes(views):
     assert len(kv) == 2 and kv[0][0].shape == (2, 2, 3 * views * 16, 16)
 
 
+@pytest.mark.parametrize("views", [1, 2])
+def test_conditioned_output_conv_moves_pixels_by_the_action_alone(views):
+    """With the transformer's output zeroed, only the output convolution can tell two actions apart: the
+    plain one cannot (it never sees the action), the conditioned one does, where it sees each pixel's place."""
+    x, prev, a, valid, t = dit_inputs(2, 3, views)
+    outputs = {}
+    for conditioned in (False, True):
+        dit = randomise(VideoDiT(dit_config(num_views=views, output_conv_conditioned=conditioned)))
+        with torch.no_grad():
+            dit.final.weight.zero_()
+            dit.final.bias.zero_()
+        out, _ = dit(x, prev, a, valid, t, torch.arange(3))
+        moved, _ = dit(x, prev, a + 1.0, valid, t, torch.arange(3))
+        outputs[conditioned] = (out - moved).abs().max()
+    assert outputs[False] == 0 and outputs[True] > 1e-3
+    # zero-initialised modulation: a new conditioned convolution starts as the plain one (same weights)
+    plain, conditioned = VideoDiT(dit_config()), VideoDiT(dit_config(output_conv_conditioned=True))
+    assert conditioned.refine[0].in_channels == plain.refine[0].in_channels + 2
+    assert not conditioned.refine_film.weight.any() and not conditioned.refine_film.bias.any()
+
+
 def test_dit_rejects_wrong_frame_shape():
     dit = VideoDiT(dit_config())
     x, prev, a, valid, t = dit_inputs(1, 2)
@@ -162,9 +183,12 @@ def test_rollout_shapes_and_ranges():
     assert rewards is None and success is None and frames_only.shape == frames.shape
 
 
-@pytest.mark.parametrize("method, action_delta", [("euler", False), ("heun", False), ("euler", True)])
-def test_kv_cache_rollout_equals_recompute(method, action_delta):
-    model = tiny_model(action_delta=action_delta)
+@pytest.mark.parametrize(
+    "method, action_delta, conditioned",
+    [("euler", False, False), ("heun", False, False), ("euler", True, False), ("euler", False, True)],
+)
+def test_kv_cache_rollout_equals_recompute(method, action_delta, conditioned):
+    model = tiny_model(action_delta=action_delta, output_conv_conditioned=conditioned)
     model.cfg.sampler.method = method
     inputs = rollout_inputs(h=6)
     state = torch.randn(2, 6, 4)

@@ -48,6 +48,12 @@ class VideoDiTConfig:
     # A small full-resolution convolution on the output and the previous frame (0 disables it): it removes
     # patch seams and, as the tokens cannot, cleans pixel-level errors carried in through the residual.
     output_conv_channels: int = 32
+    # The output convolution also reads each pixel's (x, y) position and is modulated (FiLM, after its
+    # first layer) by the frame's conditioning vector, action and noise level, as DIAMOND's U-Net is in
+    # every block. A patch token moves a small thing (gym-pusht's 4-pixel agent) only by re-drawing its
+    # patch; this path can move it where it is: with positions and the action side by side, "which way to
+    # the commanded point" is a linear function of a pixel's features.
+    output_conv_conditioned: bool = False
     # auto | sdpa | flex | triton (world_model/attention.py): auto runs FlexAttention for training and our
     # Triton kernel for rollouts on CUDA, the dense-mask SDPA reference elsewhere.
     attention_backend: str = "auto"
@@ -163,11 +169,12 @@ class VideoDiT(nn.Module):
         for layer in (self.final_ada, self.final):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
-        self.refine = None
+        self.refine = self.refine_film = None
         if cfg.output_conv_channels:
             c, h = cfg.channels, cfg.output_conv_channels
+            coords = 2 if cfg.output_conv_conditioned else 0
             self.refine = nn.Sequential(
-                nn.Conv2d(in_ch, h, 3, padding=1),
+                nn.Conv2d(in_ch + coords, h, 3, padding=1),
                 nn.SiLU(),
                 nn.Conv2d(h, h, 3, padding=1),
                 nn.SiLU(),
@@ -175,6 +182,10 @@ class VideoDiT(nn.Module):
             )
             nn.init.zeros_(self.refine[-1].weight)
             nn.init.zeros_(self.refine[-1].bias)
+            if cfg.output_conv_conditioned:
+                self.refine_film = nn.Linear(d, 2 * h)  # zero-initialised: starts as the plain convolution
+                nn.init.zeros_(self.refine_film.weight)
+                nn.init.zeros_(self.refine_film.bias)
 
     def conditioning(
         self, actions: torch.Tensor, action_valid: torch.Tensor, t: torch.Tensor
@@ -225,8 +236,25 @@ class VideoDiT(nn.Module):
             out = out + prev
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
-            out = out + self.refine(both.flatten(0, 2)).view_as(out)
+            out = out + self.refine_output(both, cond).view_as(out)
         return out, new_kv
+
+    def refine_output(self, frames: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """The output convolution's correction for frames [B, F, V, C', H, W] (output, and previous frame when
+        configured) with the frames' conditioning cond [B, F, D] -> [B * F * V, C, H, W]."""
+        b, nf, nv, _, hgt, wid = frames.shape
+        x = frames.flatten(0, 2)
+        if self.refine_film is None:
+            return self.refine(x)
+        ys, xs = torch.meshgrid(
+            torch.linspace(-1, 1, hgt, device=x.device, dtype=x.dtype),
+            torch.linspace(-1, 1, wid, device=x.device, dtype=x.dtype),
+            indexing="ij",
+        )
+        x = torch.cat([x, torch.stack([xs, ys]).expand(x.shape[0], -1, -1, -1)], 1)
+        scale, shift = self.refine_film(cond).repeat_interleave(nv, 1).flatten(0, 1).chunk(2, -1)
+        h = self.refine[0](x) * (1 + scale[..., None, None]) + shift[..., None, None]
+        return self.refine[2:](self.refine[1](h))
 
     def _patchify(self, x: torch.Tensor) -> torch.Tensor:
         """[B, F, V, C, H, W] -> [B, F, V, patches, C * p * p] (row-major patches)."""
