@@ -16,7 +16,7 @@ from worldloop.rl_finetune.imagination.evaluation import (
     evaluate_in_imagination,
     side_by_side,
 )
-from worldloop.rl_finetune.imagination.policy_ranking import fold_cli_args, rank_policies
+from worldloop.rl_finetune.imagination.policy_ranking import fold_cli_args, rank_policies, short_names
 from worldloop.rl_finetune.policy_rl.finetune import (
     FinetuneEvalConfig,
     FinetunePolicyConfig,
@@ -389,3 +389,15 @@ def test_zoo_finds_our_lerobots_and_scripted_policies_and_skips_checkpoints(tmp_
     (elsewhere / "model.safetensors").write_bytes(b"")
     (zoo / "act_200").symlink_to(elsewhere)  # a checkpoint linked in joins the zoo
     assert find_policies(zoo) == [str(zoo / n) for n in ("act", "act_200", "flow", "pusher")]
+
+
+def test_short_names_keep_the_names_of_policies_linked_into_a_zoo(tmp_path):
+    target = tmp_path / "run" / "checkpoints" / "0000300" / "pretrained_model"
+    target.mkdir(parents=True)
+    (tmp_path / "zoo").mkdir()
+    (tmp_path / "zoo" / "flow_300").symlink_to(target)
+    (tmp_path / "zoo" / "pusher").mkdir()
+    assert short_names([str(tmp_path / "zoo" / "flow_300"), str(tmp_path / "zoo" / "pusher")]) == [
+        "flow_300",
+        "pusher",
+    ]

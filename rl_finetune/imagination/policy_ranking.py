@@ -10,6 +10,7 @@ frames of a dataset's episodes (`--imagination.starts_dataset`) and are imagined
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -299,8 +300,9 @@ def threshold_sweep(records: dict, run_threshold: float) -> list[dict]:
 
 
 def short_names(paths: list[str]) -> list[str]:
-    """Readable unique names: the path parts that differ between the policies."""
-    parts = [Path(p).resolve().parts for p in paths]
+    """Readable unique names: the path parts that differ between the policies (as given: a policy linked
+    into a zoo keeps the link's name)."""
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
     names = []
     for p in parts:
         distinct = [x for x in p if any(x not in q for q in parts)]
