@@ -375,9 +375,9 @@ def replay_episodes(
     bar: tqdm | None = None,
 ) -> list[dict]:
     """`replay_actions` over dataset episodes, `batch_size` at a time: each episode from its first frame
-    under its first `steps` recorded actions (every episode needs at least `steps` frames, each with its action). One result per
-    episode, in order; batch k (from episode index i = k * batch_size) is seeded `seed + i`. `bar`: a progress
-    bar advanced by each batch's episodes."""
+    under its first `steps` recorded actions (every episode needs at least `steps` frames, each with its
+    action). One result per episode, in order; batch k (from episode index i = k * batch_size) is seeded
+    `seed + i`. `bar`: a progress bar advanced by each batch's episodes."""
     short = [e for e in episodes if dataset.episodes[e].length < steps]
     if short:
         raise ValueError(
