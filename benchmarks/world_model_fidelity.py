@@ -71,6 +71,7 @@ class FidelityBenchmarkConfig:
     train_steps: int = 12  # 0 skips the training-throughput measurement
     threads: int = 0  # torch threads for this process; 0 -> torch's default
     sampler_method: str = ""  # "" -> the model's own (euler | heun | renoise)
+    still_threshold: float = -1.0  # < 0 -> the model's own sampler.still_threshold
     min_move_px: float = 4.0  # windows whose cube moves this far over the horizon score displacement
     group_size: int = 4  # rollouts per start state for the clip-reward spread; 0 skips it
     group_windows: int = 16  # start states for the clip-reward spread
@@ -227,7 +228,9 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     model = WorldModel.from_pretrained(cfg.model_path)
     if cfg.sampler_method:
         model.cfg.sampler.method = cfg.sampler_method
-        model.cfg.sampler.validate()
+    if cfg.still_threshold >= 0:
+        model.cfg.sampler.still_threshold = cfg.still_threshold
+    model.cfg.sampler.validate()
     cfg.dataset.root = cfg.dataset.root or "outputs/data/tabletop"
     # Cameras, frame size and resize as the checkpoint says (a contradicting --dataset.* is an error).
     dataset = EpisodeDataset(dataset_config_for(model.cfg, cfg.dataset))
@@ -243,6 +246,7 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
         "windows": len(windows),
         "sampler_steps": steps,
         "sampler_method": model.cfg.sampler.method,
+        "sampler_still_threshold": model.cfg.sampler.still_threshold,
     }
 
     t0 = time.perf_counter()

@@ -130,7 +130,10 @@ def finetune_world_model(
     )
     threshold = model.cfg.heads.success_threshold
     if loop.calibrate_success:
-        calibrate_exported(model, dataset, held_out, out)
+        # The sampler's still-pixel threshold stays the one the model came with.
+        calibrate_exported(
+            model, dataset, train_episodes, held_out, dataclasses.replace(train_cfg, still_windows=0)
+        )
     tenth = max(1, len(losses) // 10)
     return out / "pretrained_model", {
         "loss_first_tenth": float(np.mean(losses[:tenth])),

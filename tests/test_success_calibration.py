@@ -111,7 +111,9 @@ def test_calibrate_only_uses_held_out_episodes_or_all_of_a_calibration_dataset(
     WorldModel(WorldModelConfig(cameras=["front"], dit=dit)).save_pretrained(tmp_path / "model")
     seen = {}
     monkeypatch.setattr(
-        trainer, "calibrate_exported", lambda model, ds, episodes, out: seen.update(eps=episodes)
+        trainer,
+        "calibrate_exported",
+        lambda model, ds, train_eps, held_eps, cfg: seen.update(eps=held_eps, train=train_eps),
     )
     cfg = trainer.TrainWorldModelConfig(
         dataset=DatasetConfig(root=str(root), held_out_fraction=held_out_fraction),
@@ -121,3 +123,5 @@ def test_calibrate_only_uses_held_out_episodes_or_all_of_a_calibration_dataset(
     )
     trainer.train(cfg)
     assert len(seen["eps"]) == expected and set(seen["eps"]) <= {0, 1, 2, 3}
+    # the still-pixel threshold is chosen on the other episodes (all of them for a calibration dataset)
+    assert len(seen["train"]) == 4 - expected if held_out_fraction else len(seen["train"]) == 4

@@ -68,6 +68,7 @@ class RolloutContext:
     cache: KVCache | None  # keys/values of the last `dit.context_frames` frames (KV-cache path)
     history: dict | None  # every frame's DiT inputs so far (recompute path)
     next_index: int  # the next frame's time index
+    last_clean: torch.Tensor  # [B, 1, V, C, h, w] the last frame before context noise (still pixels copy it)
 
     def index(self) -> torch.Tensor:
         return torch.tensor([self.next_index], device=self.last.device)
@@ -173,6 +174,19 @@ class WorldModelConfig:
             )
         if not 0 <= self.action_dropout < 1:
             raise ValueError(f"action_dropout={self.action_dropout} must lie in [0, 1)")
+
+
+def moved_pixels(previous: torch.Tensor, current: torch.Tensor, threshold: float) -> torch.Tensor:
+    """[..., C, h, w] twice -> [..., 1, h, w] float, 1 where some channel changed by more than `threshold`,
+    grown by one pixel each way (a mover's soft edge counts as moving), else 0."""
+    moving = moving_mask(previous, current, threshold).float()
+    return F.max_pool2d(moving.flatten(0, -4), 3, stride=1, padding=1).view_as(moving)
+
+
+def keep_still_pixels(drawn: torch.Tensor, previous: torch.Tensor, threshold: float) -> torch.Tensor:
+    """A drawn frame [..., C, h, w] with the pixels that stood still (`moved_pixels` is 0) copied from the
+    frame before it (same shape). Gradient flows through the drawn pixels only."""
+    return torch.where(moved_pixels(previous, drawn, threshold) > 0, drawn, previous)
 
 
 def identity_stats(action_dim: int, state_dim: int) -> Stats:
@@ -509,9 +523,7 @@ class WorldModel(nn.Module):
         cfg = self.cfg
         if cfg.motion_loss_weight == 0:
             return None
-        moving = moving_mask(x[:, :-1], x[:, 1:], cfg.motion_threshold).float()
-        grown = F.max_pool2d(moving.flatten(0, -4), 3, stride=1, padding=1).view_as(moving)
-        return 1 + cfg.motion_loss_weight * grown
+        return 1 + cfg.motion_loss_weight * moved_pixels(x[:, :-1], x[:, 1:], cfg.motion_threshold)
 
     @staticmethod
     def frame_loss(pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
@@ -662,7 +674,7 @@ class WorldModel(nn.Module):
         """
         sampler = sampler or self.cfg.sampler
         if steps is not None:
-            sampler = SamplerConfig(sampler.method, steps, sampler.guidance_scale, sampler.shift)
+            sampler = replace(sampler, steps=steps)
         sampler.validate()
         ctx, squeeze = self._check_rollout_inputs(
             context_frames, context_actions, future_actions, future_state
@@ -770,7 +782,7 @@ class WorldModel(nn.Module):
         cache, history = self._context_pass(
             clean, prev, a_ctx, valid, torch.arange(c, device=dev), None, empty
         )
-        return RolloutContext(clean[:, -1:], previous, cache, history, c)
+        return RolloutContext(clean[:, -1:], previous, cache, history, c, x[:, -1:])
 
     def rollout_step(
         self,
@@ -808,7 +820,10 @@ class WorldModel(nn.Module):
             return cond, self.next_frame_x0(x_t, t, context, a, ~yes)
 
         noise = torch.randn(context.last.shape, generator=generator, device=a.device)
-        return self.clamp_pixels(sample(denoise, noise, sampler, generator))
+        x0 = self.clamp_pixels(sample(denoise, noise, sampler, generator))
+        if sampler.still_threshold > 0:
+            x0 = keep_still_pixels(x0, context.last_clean, sampler.still_threshold)
+        return x0
 
     def next_frame_x0(
         self, x_t: torch.Tensor, t: float, context: RolloutContext, a: torch.Tensor, valid: torch.Tensor
@@ -855,7 +870,7 @@ class WorldModel(nn.Module):
         cache, history = self._context_pass(
             clean, context.last, a, yes, context.index(), context.cache, context.history
         )
-        return RolloutContext(clean, a_norm, cache, history, context.next_index + 1)
+        return RolloutContext(clean, a_norm, cache, history, context.next_index + 1, x0)
 
     def judge_frame(
         self,

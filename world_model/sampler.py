@@ -32,6 +32,11 @@ class SamplerConfig:
     steps: int = 2  # the CPU prototype was best at 2 Euler steps
     guidance_scale: float = 1.0  # > 1 needs a model trained with action dropout
     shift: float = 1.0  # > 1 spends more steps at high noise: t' = s t / (1 + (s - 1) t)
+    # > 0: pixels of a drawn frame that differ from the frame before it by at most this much in every
+    # channel (encoded units; pixels in [-1, 1]), and do not touch one that differs more, are copied from that
+    # frame. Most of a scene stands still; a small per-frame error there compounds over a rollout into a
+    # fading scene, which copying the last frame never suffers (world_model.model.keep_still_pixels).
+    still_threshold: float = 0.0
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -40,6 +45,8 @@ class SamplerConfig:
             raise ValueError(f"sampler.steps={self.steps} must be >= 1")
         if self.shift <= 0:
             raise ValueError(f"sampler.shift={self.shift} must be > 0")
+        if self.still_threshold < 0:
+            raise ValueError(f"sampler.still_threshold={self.still_threshold} must be >= 0")
 
 
 def noise_levels(steps: int, shift: float = 1.0) -> list[float]:

@@ -9,7 +9,7 @@ on held-out episodes and writes metrics, a side-by-side video and a horizon plot
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -28,6 +28,7 @@ from worldloop.world_model.checkpoint_inputs import dataset_config_for
 from worldloop.world_model.imagined_windows import ImaginedWindows
 from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, summarize
 from worldloop.world_model.model import EMBODIMENT_FILE, WorldModel, WorldModelConfig
+from worldloop.world_model.still_calibration import calibrate_still_threshold
 from worldloop.world_model.success_calibration import calibrate_success_threshold
 from worldloop.world_model.visualize import horizon_plot, side_by_side_video
 
@@ -73,10 +74,15 @@ class TrainWorldModelConfig:
     # After training, set the heads' success threshold from replays of the held-out episodes
     # (world_model/success_calibration.py); skipped when they are all successes or all failures.
     calibrate_success: bool = True
-    # Only calibrate the success threshold of the `init_from` model on this dataset's held-out episodes and
-    # write the result to output_dir/pretrained_model (no training). With dataset.held_out_fraction=0 every
-    # episode is used: a dataset recorded for calibration, e.g. sim episodes of policies that imagination
-    # will not be asked to rank (record_demos.py --policies=[...]).
+    # After training (before the success threshold, whose replays it changes), choose the rollout sampler's
+    # still-pixel threshold on rollouts of this many windows (eval.context + eval.horizon frames) of the
+    # training episodes (world_model/still_calibration.py); 0 leaves `model.sampler.still_threshold` as set.
+    still_windows: int = 16
+    # Only calibrate the `init_from` model on this dataset (the still-pixel threshold on its training
+    # episodes, the success threshold on its held-out ones) and write the result to
+    # output_dir/pretrained_model (no training). With dataset.held_out_fraction=0 every episode is used for
+    # both: a dataset recorded for calibration, e.g. sim episodes of policies that imagination will not be
+    # asked to rank (record_demos.py --policies=[...]).
     calibrate_only: bool = False
 
 
@@ -157,8 +163,10 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         cfg.model = model.cfg  # the dataset is read as this model sees it
         dataset = open_dataset(cfg)
         model.embodiment = training_embodiment(cfg, model.embodiment)
-        episodes = dataset.split()[1] if cfg.dataset.held_out_fraction > 0 else dataset.episode_indices
-        calibrate_exported(model, dataset, episodes, Path(cfg.output_dir))
+        train_eps, held_eps = dataset.split()
+        if cfg.dataset.held_out_fraction == 0:
+            train_eps = held_eps = dataset.episode_indices
+        calibrate_exported(model, dataset, train_eps, held_eps, cfg)
         return model
     if cfg.freeze_heads:
         cfg.model.heads = load_config(WorldModelConfig, Path(cfg.init_from) / "config.yaml").heads
@@ -207,24 +215,72 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         resume=cfg.resume,
         eval_fn=make_eval_fn(eval_windows, cfg.eval),
     )
-    if cfg.calibrate_success:
-        calibrate_exported(model, dataset, held_eps, Path(cfg.output_dir))
+    calibrate_exported(model, dataset, train_eps, held_eps, cfg)
     return model
 
 
 def calibrate_exported(
-    model: WorldModel, dataset: EpisodeDataset, episodes: list[int], output_dir: Path
+    model: WorldModel,
+    dataset: EpisodeDataset,
+    train_episodes: list[int],
+    held_episodes: list[int],
+    cfg: TrainWorldModelConfig,
 ) -> None:
-    """Calibrate the success threshold on `episodes` and write it into output_dir/pretrained_model; the
-    table behind the choice goes to output_dir/eval/success_calibration.json. The main process alone
+    """Calibrate the sampler's still-pixel threshold on `train_episodes` (with `still_windows`), then the
+    success threshold on `held_episodes` (with `calibrate_success`), and write the model into
+    output_dir/pretrained_model; the tables behind the choices go to output_dir/eval/. The main process alone
     calibrates (it alone writes); other processes return their model as trained."""
     if not PartialState().is_main_process:
         return
+    output_dir = Path(cfg.output_dir)
+    changed = calibrate_still(model.eval(), dataset, train_episodes, cfg, output_dir)
+    if cfg.calibrate_success:
+        changed = calibrate_success(model, dataset, held_episodes, output_dir) or changed
+    if changed:
+        with atomic_directory(output_dir / "pretrained_model") as tmp:
+            model.save_pretrained(tmp)
+
+
+def calibrate_still(
+    model: WorldModel,
+    dataset: EpisodeDataset,
+    episodes: list[int],
+    cfg: TrainWorldModelConfig,
+    output_dir: Path,
+) -> bool:
+    """Set `model.cfg.sampler.still_threshold` from rollouts of `cfg.still_windows` windows of `episodes`
+    (report in output_dir/eval/still_calibration.json); False when skipped."""
+    if cfg.still_windows <= 0:
+        return False
+    windows = held_out_windows(dataset, episodes, replace(cfg.eval, max_windows=cfg.still_windows))
+    if windows is None:
+        print(
+            f"still-pixel threshold left at {model.cfg.sampler.still_threshold}: no training episode has "
+            f"{cfg.eval.context + cfg.eval.horizon} frames"
+        )
+        return False
+    report = calibrate_still_threshold(model, windows, cfg.eval.context)
+    model.cfg.sampler.still_threshold = report["threshold"]
+    best = next(r for r in report["candidates"] if r["threshold"] == report["threshold"])
+    print(
+        f"still-pixel threshold {report['threshold']} (mean SSIM {best['mean_ssim']:.4f} over h1-"
+        f"{report['horizon']} on {report['windows']} training windows; copy-last "
+        f"{report['copy_last']['mean_ssim']:.4f})"
+    )
+    save_json(report, output_dir / "eval" / "still_calibration.json")
+    return True
+
+
+def calibrate_success(
+    model: WorldModel, dataset: EpisodeDataset, episodes: list[int], output_dir: Path
+) -> bool:
+    """Set the heads' success threshold from replays of `episodes` (report in
+    output_dir/eval/success_calibration.json); False when the episodes cannot calibrate it."""
     try:
         report = calibrate_success_threshold(model.eval(), dataset, episodes)
     except ValueError as e:
         print(f"success threshold left at {model.cfg.heads.success_threshold}: {e}")
-        return
+        return False
     model.cfg.heads.success_threshold = report["threshold"]
     firmness = report["bootstrap_picks"][f"{report['threshold']:g}"]
     print(
@@ -232,6 +288,5 @@ def calibrate_exported(
         f"{max(r['balanced_accuracy'] for r in report['candidates']):.3f} on {report['episodes']} held-out "
         f"replays; picked in {firmness:.0%} of bootstrap resamples)"
     )
-    with atomic_directory(output_dir / "pretrained_model") as tmp:
-        model.save_pretrained(tmp)
     save_json(report, output_dir / "eval" / "success_calibration.json")
+    return True
