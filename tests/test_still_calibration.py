@@ -18,7 +18,9 @@ from worldloop.world_model.still_calibration import calibrate_still_threshold
 def _tiny_model(still_threshold: float = 0.0) -> WorldModel:
     torch.manual_seed(0)
     dit = VideoDiTConfig(image_size=16, patch_size=4, width=32, depth=1, heads=2, context_frames=2)
-    return WorldModel(WorldModelConfig(dit=dit, sampler=SamplerConfig(still_threshold=still_threshold))).eval()
+    return WorldModel(
+        WorldModelConfig(dit=dit, sampler=SamplerConfig(still_threshold=still_threshold))
+    ).eval()
 
 
 def test_still_pixels_are_copied_and_a_mover_keeps_its_edge():
