@@ -17,7 +17,8 @@ Measures, with the real actions unless said otherwise:
 - sampler steps 1, 2, 4, 8, 16, 50: SSIM at horizon 10 and imagined frames/s at batch 1 and 16;
 - KV-cache rollout vs recompute-everything at horizon 30 (wall-clock ratio);
 - training samples/s on 1 and 2 CPU processes (`accelerate launch`, a few steps, from the loop's own log).
-Prints tables and writes benchmarks/results/<name>.json, issue 24's targets under `targets_issue24`.
+Prints tables and writes benchmarks/results/<name>.json, issue 24's targets under `targets_issue24`;
+`--strip_path=x.png` also draws a few windows at chosen horizon steps (real | drawn | shuffled actions).
 
     python benchmarks/world_model_fidelity.py --model_path=outputs/world_model/push/pretrained_model \
         --dataset.root=outputs/data/push_wm --eval.max_windows=64 --name=world_model_fidelity_push
@@ -52,6 +53,7 @@ from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidel
 from worldloop.world_model.model import WorldModel  # noqa: E402
 from worldloop.world_model.object_tracking import object_fidelity  # noqa: E402
 from worldloop.world_model.trainer import EvalConfig, held_out_windows  # noqa: E402
+from worldloop.world_model.visualize import horizon_strip  # noqa: E402
 
 
 @dataclass
@@ -76,6 +78,10 @@ class FidelityBenchmarkConfig:
     group_size: int = 4  # rollouts per start state for the clip-reward spread; 0 skips it
     group_windows: int = 16  # start states for the clip-reward spread
     seed: int = 0
+    # A PNG of `strip_windows` held-out windows at `strip_steps`: real | drawn | drawn under shuffled actions
+    strip_path: str = ""  # "" -> none
+    strip_windows: int = 4
+    strip_steps: list[int] = field(default_factory=lambda: [1, 3, 5, 10, 20, 30])
     name: str = "world_model_fidelity"  # benchmarks/results/<name>.json
 
 
@@ -259,6 +265,10 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     )
     figures["curves"] = curves
     figures["fidelity_seconds"] = time.perf_counter() - t0
+    if cfg.strip_path:
+        pick = torch.linspace(0, len(windows) - 1, min(cfg.strip_windows, len(windows))).round().long()
+        columns = {"real": real[pick], "drawn": imagined[0][pick], "shuffled": shuffled[0][pick]}
+        figures["strip"] = str(horizon_strip(columns, cfg.strip_steps, cfg.strip_path))
     truth = object_truth(dataset, windows, ctx, dataset.cameras[0])
     if truth is not None:
         first_view = (slice(None), slice(None), 0) if real.dim() == 6 else (...,)  # the tracked camera

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import imageio.v2 as imageio
 import pytest
 
 from benchmarks.world_model_fidelity import FidelityBenchmarkConfig, run_benchmark
@@ -40,7 +41,7 @@ def push_and_model(tmp_path_factory):
     return root, tmp / "model"
 
 
-def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model):
+def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model, tmp_path):
     root, model = push_and_model
     horizon = 6
     figures = run_benchmark(
@@ -57,9 +58,17 @@ def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model):
             train_steps=0,
             group_size=2,
             group_windows=2,
+            still_threshold=0.1,
+            strip_path=str(tmp_path / "strip.png"),
+            strip_windows=2,
+            strip_steps=[1, horizon],
         )
     )
     assert figures["windows"] == 4 and len(figures["curves"]["ssim"]) == horizon
+    assert figures["sampler_still_threshold"] == 0.1
+    strip = imageio.imread(figures["strip"])
+    # 2 windows (each with a 2-pixel gap under it) by 2 steps of real | drawn | shuffled (a 4-pixel gap between)
+    assert strip.shape == (3 * 2 * (SIZE + 2), 3 * (2 * 3 * SIZE + 4), 3)
     objects = figures["objects"]
     # the tracker on the real frames agrees with the sim's projected position (where the cube shows)
     seen = [e for e in objects["real_error"] if not math.isnan(e)]

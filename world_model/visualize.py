@@ -1,4 +1,5 @@
-"""Evaluation artefacts: a side-by-side video (ground truth | imagined) and a plot of metrics over the horizon."""
+"""Evaluation artefacts: a side-by-side video (ground truth | imagined), a still strip of chosen horizon steps
+and a plot of metrics over the horizon."""
 
 from __future__ import annotations
 
@@ -25,6 +26,36 @@ def side_by_side_video(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     imageio.mimwrite(path, list(frames), fps=fps, macro_block_size=1)
+    return path
+
+
+def horizon_strip(
+    columns: dict[str, torch.Tensor], steps: list[int], path: str | Path, scale: int = 3, gap: int = 2
+) -> Path:
+    """PNG: one row per window; for each horizon step in `steps` (1-based) a group of the `columns` side by
+    side (e.g. real | drawn | drawn under shuffled actions), groups separated by a white gap. columns: name ->
+    frames [N, H, (V,) 3, h, w] in [0, 1] (the first view is shown). The image carries no labels: say
+    what its columns are where it is shown."""
+    import imageio.v2 as imageio
+
+    frames = [c if c.dim() == 5 else c[:, :, 0] for c in columns.values()]
+    n, horizon = frames[0].shape[:2]
+    bad = [h for h in steps if not 1 <= h <= horizon]
+    if bad:
+        raise ValueError(f"horizon_strip: steps {bad} lie outside 1..{horizon}")
+    c, hh, ww = frames[0].shape[2:]
+    white = torch.ones(n, c, hh, gap * 2)
+    groups = []
+    for h in steps:
+        groups += [torch.cat([f[:, h - 1] for f in frames], -1), white]
+    rows = torch.cat(groups[:-1], -1)  # [N, 3, h, W]
+    rows = torch.cat([rows, torch.ones(n, c, gap, rows.shape[-1])], -2)  # a gap under each window
+    image = rows.permute(0, 2, 3, 1).reshape(-1, rows.shape[-1], c)
+    pixels = (image.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
+    pixels = pixels.repeat(scale, 0).repeat(scale, 1)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    imageio.imwrite(path, pixels)
     return path
 
 
