@@ -408,14 +408,15 @@ class WorldModel(nn.Module):
             window = self.self_force_context(window, a)
         cond = self.compute_conditioners(window.clean, window.ctx_t, window.target_t, a, keep)
         out = self.compute_model_output(window.clean, window.noisy, cond)
-        loss, x0_mse = self.diffusion_loss(out, window)
+        weights = self.motion_weights(x)
+        loss, x0_mse = self.diffusion_loss(out, window, weights)
         logs = {"loss/diffusion": loss.item(), "loss/x0_mse": x0_mse.item()}
         if outcomes:
             head_loss = self.outcome_heads_loss(pixels, outcomes, state, task, first_frame)
             loss = loss + cfg.head_loss_weight * head_loss
             logs["loss/heads"] = head_loss.item()
         if cfg.self_rollout_frames > 0:
-            rollout_loss = self.self_rollout_loss(x, a)
+            rollout_loss = self.self_rollout_loss(x, a, weights)
             loss = loss + cfg.self_rollout_weight * rollout_loss
             logs["loss/self_rollout"] = rollout_loss.item()
         idm_loss = self.idm_loss(pixels, a, state)
@@ -506,12 +507,13 @@ class WorldModel(nn.Module):
             frames.append(x0)
         return frames
 
-    def self_rollout_loss(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    def self_rollout_loss(
+        self, x: torch.Tensor, a: torch.Tensor, weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """MSE of the self-rollout's frames that carry gradient against the real ones (x [B, T, ...] encoded,
-        a [B, T, A] normalised)."""
+        a [B, T, A] normalised), weighted by `weights` [B, T-1, ...] (`motion_weights(x)`) when given."""
         frames = self.self_rollout(x, a)
         m = self.cfg.self_rollout_grad_frames
-        weights = self.motion_weights(x)
         return self.frame_loss(
             torch.cat(frames[-m:], 1), x[:, x.shape[1] - m :], None if weights is None else weights[:, -m:]
         )
@@ -592,15 +594,18 @@ class WorldModel(nn.Module):
         """A denoised estimate clamped to [-1, 1] in pixel space; latents have no fixed range."""
         return x0 if self.codec.latent else x0.clamp(-1, 1)
 
-    def diffusion_loss(self, out: torch.Tensor, window: NoisedWindow) -> tuple[torch.Tensor, torch.Tensor]:
+    def diffusion_loss(
+        self, out: torch.Tensor, window: NoisedWindow, weights: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The frames' loss: the raw output for the targets [B, T-1, ...] against the
         parameterisation's target (MSE), and, without gradient, the MSE of the denoised estimate to the
-        clean frames (a log). With `motion_loss_weight` the MSE weighs moving pixels more (`motion_weights`)."""
+        clean frames (a log). `weights` [B, T-1, ...] (`motion_weights`, with `motion_loss_weight`) weigh the
+        MSE's pixels."""
         cfg = self.cfg
         sd, par = cfg.sigma_data, cfg.parameterisation
         x = window.x[:, 1:]
         target = flow.training_target(x, window.noise, window.noisy, window.target_t, par, sd)
-        diffusion = self.frame_loss(out, target, self.motion_weights(window.x))
+        diffusion = self.frame_loss(out, target, weights)
         with torch.no_grad():
             x0_mse = F.mse_loss(self.wrap_model_output(out, window.noisy, window.target_t), x)
         return diffusion, x0_mse
