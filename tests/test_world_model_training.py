@@ -201,6 +201,7 @@ def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_l
         train(parse_cli(TrainWorldModelConfig, [*args, "--heads_only=true"]))
     base_cfg = tiny_model_config()
     base_cfg.heads.use_state = False
+    base_cfg.sampler.still_threshold = 0.2  # how the frozen model draws: kept, not picked again
     torch.manual_seed(0)
     WorldModel(base_cfg).save_pretrained(tmp_path / "base")  # heads without state: refitted with it
     args += ["--heads_only=true", f"--init_from={tmp_path / 'base'}", "--model.heads.use_state=true"]
@@ -211,6 +212,8 @@ def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_l
     assert frozen and all(torch.equal(base[k], after[k]) for k in frozen)
     assert any(not torch.equal(base[k], after[k]) for k in base if k.startswith("heads."))
     assert any(k.startswith("heads.state_embed") for k in after)
+    assert trained.cfg.sampler.still_threshold == 0.2
+    assert not (tmp_path / "heads" / "eval" / "still_calibration.json").exists()
     # Heads that judge from the episode's first frame and the joint state alone: fitted through the same
     # windows, then calibrated by replays that pass the reset frame (the trainer's last stage).
     first_only = ["--model.heads.use_first_frame=true", "--model.heads.use_frame=false"]

@@ -77,6 +77,7 @@ class TrainWorldModelConfig:
     # After training (before the success threshold, whose replays it changes), choose the rollout sampler's
     # still-pixel threshold on rollouts of this many windows (eval.context + eval.horizon frames) of the
     # training episodes (world_model/still_calibration.py); 0 leaves `model.sampler.still_threshold` as set.
+    # heads_only keeps the sampler of `init_from`, whose frames it does not change.
     still_windows: int = 16
     # Only calibrate the `init_from` model on this dataset (the still-pixel threshold on its training
     # episodes, the success threshold on its held-out ones) and write the result to
@@ -170,6 +171,11 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         return model
     if cfg.freeze_heads:
         cfg.model.heads = load_config(WorldModelConfig, Path(cfg.init_from) / "config.yaml").heads
+    if cfg.heads_only:
+        # The frames stay as the frozen model draws them: its sampler (still-pixel threshold included) draws
+        # the rollouts the heads fit on and is kept; there is nothing new to pick.
+        cfg.model.sampler = load_config(WorldModelConfig, Path(cfg.init_from) / "config.yaml").sampler
+        cfg = replace(cfg, still_windows=0)
     dataset = open_dataset(cfg)
     stored = Path(cfg.init_from, EMBODIMENT_FILE) if cfg.init_from else None
     embodiment = training_embodiment(
