@@ -124,4 +124,4 @@ def test_calibrate_only_uses_held_out_episodes_or_all_of_a_calibration_dataset(
     trainer.train(cfg)
     assert len(seen["eps"]) == expected and set(seen["eps"]) <= {0, 1, 2, 3}
     # the still-pixel threshold is chosen on the other episodes (all of them for a calibration dataset)
-    assert len(seen["train"]) == 4 - expected if held_out_fraction else len(seen["train"]) == 4
+    assert len(seen["train"]) == (4 - expected if held_out_fraction else 4)

@@ -43,7 +43,7 @@ def horizon_strip(
     bad = [h for h in steps if not 1 <= h <= horizon]
     if bad:
         raise ValueError(f"horizon_strip: steps {bad} lie outside 1..{horizon}")
-    c, hh, ww = frames[0].shape[2:]
+    c, hh = frames[0].shape[2:4]
     white = torch.ones(n, c, hh, gap * 2)
     groups = []
     for h in steps:
