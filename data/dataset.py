@@ -20,7 +20,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from worldloop.data.features import ACTION, DONE, IMAGE_PREFIX, REWARD, STATE, SUCCESS, camera_of, image_key
+from worldloop.data.features import (
+    ACTION,
+    DONE,
+    ENVIRONMENT_STATE,
+    IMAGE_PREFIX,
+    REWARD,
+    STATE,
+    SUCCESS,
+    camera_of,
+    image_key,
+)
 from worldloop.data.images import check_resize_mode, resize_frames
 
 # Files lerobot would otherwise try to download from the hub when they are missing.
@@ -78,6 +88,7 @@ class FrameTable:
     episode_index: torch.Tensor  # int64 [N]
     frame_index: torch.Tensor  # int64 [N]
     task: list[str]  # [N]
+    environment_state: torch.Tensor | None = None  # float32 [N, E]: the objects' state, where recorded
 
     def __len__(self) -> int:
         return self.state.shape[0]
@@ -294,8 +305,9 @@ class EpisodeDataset:
         return self._table
 
     def _build_table(self) -> FrameTable:
+        objects = [ENVIRONMENT_STATE] if ENVIRONMENT_STATE in self.meta.features else []
         cols = self.numeric_columns(
-            [STATE, ACTION, "frame_index", "timestamp", "task_index", *self.reward_keys]
+            [STATE, ACTION, "frame_index", "timestamp", "task_index", *self.reward_keys, *objects]
         )
         n = len(cols["index"])
         state = torch.from_numpy(cols[STATE].astype(np.float32).reshape(n, -1))
@@ -326,6 +338,11 @@ class EpisodeDataset:
             episode_index=torch.from_numpy(cols["episode_index"].astype(np.int64).reshape(n)),
             frame_index=torch.from_numpy(cols["frame_index"].astype(np.int64).reshape(n)),
             task=[task_of[int(i)] for i in cols["task_index"].reshape(n)],
+            environment_state=(
+                torch.from_numpy(cols[ENVIRONMENT_STATE].astype(np.float32).reshape(n, -1))
+                if objects
+                else None
+            ),
         )
 
     def _column(self, cols: dict, key: str, default: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

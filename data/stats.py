@@ -14,7 +14,7 @@ from torch import nn
 
 from worldloop.common.checkpoint import load_json, save_json
 from worldloop.data.dataset import DatasetError, EpisodeDataset
-from worldloop.data.features import ACTION, STATE
+from worldloop.data.features import ACTION, ENVIRONMENT_STATE, STATE
 
 STAT_FIELDS = ("mean", "std", "min", "max", "q01", "q99")
 NORMALIZED_KEYS = (STATE, ACTION)
@@ -54,6 +54,22 @@ def dataset_stats(
     cols = dataset.numeric_columns(list(keys))
     rows = np.concatenate([np.arange(ep.start, ep.end) for ep in chosen])
     return {k: compute_stats(cols[k].reshape(len(cols[k]), -1)[rows]) for k in keys}
+
+
+# stats.json key of the change of `observation.environment_state` from one frame to the next within an
+# episode: derived, not a dataset feature (the world model's object-state head regresses it).
+ENVIRONMENT_MOTION = ENVIRONMENT_STATE + ".motion"
+
+
+def environment_state_stats(dataset: EpisodeDataset, episodes: list[int] | None = None) -> Stats:
+    """Stats of `observation.environment_state` and of its frame-to-frame change (ENVIRONMENT_MOTION)
+    over the frames of `episodes` (all when None)."""
+    chosen = dataset.select_episodes(episodes)
+    values = dataset.numeric_columns([ENVIRONMENT_STATE])[ENVIRONMENT_STATE]
+    values = values.reshape(len(values), -1).astype(np.float64)
+    rows = np.concatenate([np.arange(ep.start, ep.end) for ep in chosen])
+    motion = np.concatenate([np.diff(values[ep.start : ep.end], axis=0) for ep in chosen if ep.length > 1])
+    return {ENVIRONMENT_STATE: compute_stats(values[rows]), ENVIRONMENT_MOTION: compute_stats(motion)}
 
 
 def lerobot_meta_stats(dataset: EpisodeDataset, keys: tuple[str, ...] = NORMALIZED_KEYS) -> Stats:

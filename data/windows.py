@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from worldloop.data.dataset import DatasetError, EpisodeDataset
-from worldloop.data.features import ACTION, DONE, REWARD, STATE, SUCCESS, TASK, image_key
+from worldloop.data.features import ACTION, DONE, ENVIRONMENT_STATE, REWARD, STATE, SUCCESS, TASK, image_key
 
 
 def _to_uint8(images: torch.Tensor) -> torch.Tensor:
@@ -26,7 +26,8 @@ class WorldModelWindows(Dataset):
     action taken at each frame: frame t+1 follows from frame t and action t), `state` [T, S],
     `reward` / `success` / `done` [T], `task` (str), `episode_index`, `frame_index` (of the first frame),
     `first_frame` [V, 3, H, W] (the episode's first frame, as `frames`: the real frame imagination starts
-    an episode from, which outcome heads with `use_first_frame` read).
+    an episode from, which outcome heads with `use_first_frame` read), and `environment_state` [T, E] where
+    the dataset records `observation.environment_state`.
 
     Windows never cross an episode boundary. Episodes shorter than the window give no window (they are
     listed in `skipped_episodes`); padding them would teach the model frames that never happened.
@@ -64,7 +65,8 @@ class WorldModelWindows(Dataset):
         if cache:
             self.table = dataset.frame_table()
         else:
-            keys = [image_key(c) for c in dataset.cameras] + [STATE, ACTION, *dataset.reward_keys]
+            objects = [ENVIRONMENT_STATE] if ENVIRONMENT_STATE in dataset.meta.features else []
+            keys = [image_key(c) for c in dataset.cameras] + [STATE, ACTION, *dataset.reward_keys, *objects]
             offsets = [t / dataset.fps for t in range(self.length)]
             self.lerobot = dataset.lerobot_with_deltas({k: offsets for k in keys})
 
@@ -88,7 +90,9 @@ class WorldModelWindows(Dataset):
     def _from_table(self, episode: int, start: int) -> dict:
         t, window = self.table, slice(start, start + self.length)
         first = self.dataset.episodes[episode].start
+        objects = {} if t.environment_state is None else {"environment_state": t.environment_state[window]}
         return {
+            **objects,
             "frames": self._table_frames(episode, start),
             "first_frame": torch.stack([t.images[c][first] for c in self.dataset.cameras]),
             "actions": t.action[window],
@@ -115,7 +119,9 @@ class WorldModelWindows(Dataset):
         first_start = self.dataset.episodes[episode].start
         first_item = item if first_start == start else self.lerobot[first_start]
         first = torch.stack([self.dataset.resize(first_item[image_key(c)][0]) for c in self.dataset.cameras])
+        objects = {"environment_state": item[ENVIRONMENT_STATE]} if ENVIRONMENT_STATE in item else {}
         return {
+            **objects,
             "frames": _to_uint8(frames),
             "first_frame": _to_uint8(first),
             "actions": item[ACTION],

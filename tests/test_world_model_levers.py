@@ -90,6 +90,23 @@ def test_motion_weights_mark_what_moved_grown_by_a_pixel_and_nothing_else():
         WorldModelConfig(motion_loss_weight=-1.0).validate()
 
 
+def test_window_span_weighs_every_pixel_that_moves_in_the_window_in_every_frame():
+    frames, actions = _moving_dot_window()
+    model = tiny_model(motion_loss_weight=9.0, motion_loss_span="window")
+    _, x, _ = model.encode_window(frames, actions)
+    w = model.motion_weights(x)
+    per_frame = tiny_model(motion_loss_weight=9.0).motion_weights(x)
+    # the dot's whole track (columns 1..17, rows 5..8) weighs 10 in each of the 3 target frames
+    expected = torch.ones(SIZE, SIZE)
+    expected[5:9, 1:17] = 10.0
+    for i in range(3):
+        torch.testing.assert_close(w[0, i, 0, 0], expected)
+    # frame 1 alone does not weigh where the dot goes later
+    assert per_frame[0, 0, 0, 0, 6, 12] == 1.0 and w[0, 0, 0, 0, 6, 12] == 10.0
+    with pytest.raises(ValueError, match="motion_loss_span"):
+        WorldModelConfig(motion_loss_span="episode").validate()
+
+
 def test_motion_weighted_loss_counts_errors_on_the_mover_more():
     frames, actions = _moving_dot_window()
     model = tiny_model(motion_loss_weight=9.0)

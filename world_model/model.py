@@ -21,8 +21,8 @@ from torch import nn
 from worldloop.common.checkpoint import load_model_weights, save_tensors
 from worldloop.common.config import load_config, save_config
 from worldloop.common.embodiment import EmbodimentSpec, load_embodiment_file, write_embodiment
-from worldloop.data.features import ACTION, STATE
-from worldloop.data.stats import Normalizer, Stats, load_stats, save_stats
+from worldloop.data.features import ACTION, ENVIRONMENT_STATE, STATE
+from worldloop.data.stats import ENVIRONMENT_MOTION, Normalizer, Stats, load_stats, save_stats
 from worldloop.world_model import flow
 from worldloop.world_model.codec import AutoencoderConfig, FrameCodec
 from worldloop.world_model.dit import VideoDiT, VideoDiTConfig
@@ -118,6 +118,20 @@ class WorldModelConfig:
     # background, and a model that leaves the mover out, ignoring the actions, loses almost nothing.
     motion_loss_weight: float = 0.0
     motion_threshold: float = 0.1
+    # frame | window. `window`: a pixel that moves between any two frames of the training window weighs
+    # 1 + w in every target frame of it. With `frame` a pushed object weighs more only in the frames where
+    # it moves, and the push model, leaning on the arm, lost the resting cube in the others.
+    motion_loss_span: str = "frame"
+    # Auxiliary object-state loss (`object_state_weight` = w > 0; datasets that record
+    # `observation.environment_state`, e.g. the sim's cube positions): a linear head on the last block's
+    # tokens of each target frame regresses that frame's recorded object state and its change since the
+    # frame before (each normalised by its own training stats), added to the loss with weight w. A pushed
+    # cube is a few dozen of 4,096 pixels and the pixel loss barely notices it drawn a pixel off; this makes
+    # the tokens that draw a frame carry where its objects are and how they move, from the context and the
+    # action, also at high noise. Training only: rollouts never read the head, and nothing but the frames
+    # is drawn. `object_state_dim` (E) is set by training from the dataset.
+    object_state_weight: float = 0.0
+    object_state_dim: int = 0
     action_dropout: float = 0.0  # > 0 trains the unconditional model for classifier-free guidance
     head_loss_weight: float = 0.1
     idm_loss_weight: float = 1.0
@@ -172,6 +186,13 @@ class WorldModelConfig:
                 f"motion_loss_weight={self.motion_loss_weight} and motion_threshold={self.motion_threshold} "
                 "must be >= 0"
             )
+        if self.object_state_weight < 0 or (self.object_state_weight > 0 and self.object_state_dim < 1):
+            raise ValueError(
+                f"object_state_weight={self.object_state_weight} must be >= 0, and > 0 needs object_state_dim "
+                f"(the size of observation.environment_state) >= 1, got {self.object_state_dim}"
+            )
+        if self.motion_loss_span not in ("frame", "window"):
+            raise ValueError(f"motion_loss_span={self.motion_loss_span!r} must be 'frame' or 'window'")
         if not 0 <= self.action_dropout < 1:
             raise ValueError(f"action_dropout={self.action_dropout} must lie in [0, 1)")
 
@@ -244,7 +265,19 @@ class WorldModel(nn.Module):
                 raise ValueError(
                     f"world model stats need {key!r} of size {dim} (mean/std); got {sorted(self.stats)}"
                 )
-        self.normalizer = Normalizer(self.stats, {ACTION: "mean_std", STATE: "mean_std"})
+        modes = {ACTION: "mean_std", STATE: "mean_std"}
+        self.object_state = None
+        if cfg.object_state_dim:
+            for key in (ENVIRONMENT_STATE, ENVIRONMENT_MOTION):
+                size = len(self.stats.get(key, {}).get("mean", ()))
+                if size != cfg.object_state_dim:
+                    raise ValueError(
+                        f"world model object_state_dim={cfg.object_state_dim} needs stats of {key!r} of that "
+                        f"size; got {size or 'none'}"
+                    )
+                modes[key] = "mean_std"
+            self.object_state = nn.Linear(cfg.dit.frame_len * cfg.dit.width, 2 * cfg.object_state_dim)
+        self.normalizer = Normalizer(self.stats, modes)
 
     # ---- normalisation -------------------------------------------------------------------------------
     def normalize_action(self, a: torch.Tensor) -> torch.Tensor:
@@ -376,6 +409,7 @@ class WorldModel(nn.Module):
             batch.get("state"),
             batch.get("task"),
             batch.get("first_frame"),
+            batch.get("environment_state"),
         )
 
     def compute_loss(
@@ -386,6 +420,7 @@ class WorldModel(nn.Module):
         state: torch.Tensor | None = None,
         task: list[str] | None = None,
         first_frame: torch.Tensor | None = None,
+        environment_state: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Teacher-forced diffusion-forcing loss over a window, plus head and IDM losses.
 
@@ -393,24 +428,35 @@ class WorldModel(nn.Module):
         `next.success`, `next.done` of each frame [B, T] as keys `reward`, `success`, `done`; state [B, T, S]
         (read by the IDM with idm.use_state and by the heads with heads.use_state);
         task: the B instructions (read by the outcome heads); first_frame [B, (V,) 3, H, W]: the episode's
-        first frame (read by the heads with heads.use_first_frame).
+        first frame (read by the heads with heads.use_first_frame); environment_state [B, T, E]: each frame's
+        recorded object state (needed with object_state_weight > 0).
         Every frame 1..T-1 is a target, denoised from its own noise level while seeing clean (lightly
         noised) earlier frames, the same view it has in a KV-cache rollout.
         Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
         compute_conditioners, compute_model_output, diffusion_loss (through wrap_model_output),
-        outcome_heads_loss (with outcomes), self_rollout_loss (with self_rollout_frames), idm_loss.
+        outcome_heads_loss (with outcomes), object_state_loss (with object_state_weight), self_rollout_loss
+        (with self_rollout_frames), idm_loss.
         """
         cfg = self.cfg
+        if cfg.object_state_weight > 0 and environment_state is None:
+            raise ValueError(
+                f"object_state_weight={cfg.object_state_weight} but the batch has no environment_state: "
+                f"train on a dataset that records {ENVIRONMENT_STATE}, or set object_state_weight=0"
+            )
         pixels, x, a = self.encode_window(frames, actions)
         window = self.noise_window(x)
         keep = self.sample_action_keep(window.target_t)
         if cfg.self_forcing > 0:
             window = self.self_force_context(window, a)
         cond = self.compute_conditioners(window.clean, window.ctx_t, window.target_t, a, keep)
-        out = self.compute_model_output(window.clean, window.noisy, cond)
+        out, tokens = self.compute_model_output(window.clean, window.noisy, cond)
         weights = self.motion_weights(x)
         loss, x0_mse = self.diffusion_loss(out, window, weights)
         logs = {"loss/diffusion": loss.item(), "loss/x0_mse": x0_mse.item()}
+        if cfg.object_state_weight > 0:
+            object_loss = self.object_state_loss(tokens, environment_state)
+            loss = loss + cfg.object_state_weight * object_loss
+            logs["loss/object_state"] = object_loss.item()
         if outcomes:
             head_loss = self.outcome_heads_loss(pixels, outcomes, state, task, first_frame)
             loss = loss + cfg.head_loss_weight * head_loss
@@ -475,7 +521,7 @@ class WorldModel(nn.Module):
             all_actions = torch.ones_like(window.target_t, dtype=torch.bool)
             cond = self.compute_conditioners(clean, window.ctx_t, own_t, a, all_actions)
             own = self.clamp_pixels(
-                self.wrap_model_output(self.compute_model_output(clean, own_noisy, cond), own_noisy, own_t)
+                self.wrap_model_output(self.compute_model_output(clean, own_noisy, cond)[0], own_noisy, own_t)
             )
             own = flow.add_noise(own, torch.randn_like(own), window.ctx_t[:, 1:])
             pick = (torch.rand(b, device=x.device) < cfg.self_forcing).view(b, *[1] * (x.dim() - 1))
@@ -520,12 +566,16 @@ class WorldModel(nn.Module):
 
     def motion_weights(self, x: torch.Tensor) -> torch.Tensor | None:
         """Loss weights of frames 1..T-1 of an encoded window x [B, T, V, C, h, w]: [B, T-1, V, 1, h, w],
-        1 + motion_loss_weight where a frame moved since the one before it (see `motion_loss_weight`), else 1;
-        None when motion_loss_weight is 0."""
+        1 + motion_loss_weight where a frame moved since the one before it (with motion_loss_span `window`:
+        where any frame of the window moved since the one before it), else 1; None when motion_loss_weight
+        is 0."""
         cfg = self.cfg
         if cfg.motion_loss_weight == 0:
             return None
-        return 1 + cfg.motion_loss_weight * moved_pixels(x[:, :-1], x[:, 1:], cfg.motion_threshold)
+        moved = moved_pixels(x[:, :-1], x[:, 1:], cfg.motion_threshold)
+        if cfg.motion_loss_span == "window":
+            moved = moved.amax(1, keepdim=True).expand_as(moved)
+        return 1 + cfg.motion_loss_weight * moved
 
     @staticmethod
     def frame_loss(pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
@@ -565,16 +615,17 @@ class WorldModel(nn.Module):
 
     def compute_model_output(
         self, clean: torch.Tensor, noisy: torch.Tensor, cond: TeacherForcedConditioners
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One teacher-forced DiT pass: context frames clean [B, T, ...] and noisy targets
         [B, T-1, ...] scaled for the parameterisation -> the raw output for the targets [B, T-1, ...] (in the
-        parameterisation's own units: x0, velocity or the EDM network output)."""
+        parameterisation's own units: x0, velocity or the EDM network output) and the targets' last-block
+        tokens [B, T-1, frame_len, D]."""
         cfg = self.cfg
         sd, par = cfg.sigma_data, cfg.parameterisation
         seq = torch.cat(
             [flow.input_scale(clean, cond.ctx_t, par, sd), flow.input_scale(noisy, cond.target_t, par, sd)], 1
         )
-        out, _ = self.dit(
+        out, _, tokens = self.dit.forward_with_tokens(
             seq,
             cond.prev,
             cond.actions,
@@ -583,7 +634,7 @@ class WorldModel(nn.Module):
             cond.index,
             teacher_forced=True,
         )
-        return out[:, clean.shape[1] :]
+        return out[:, clean.shape[1] :], tokens[:, clean.shape[1] :]
 
     def wrap_model_output(self, out: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """The DiT's raw output for frames x_t at noise levels t [B, F] -> their denoised estimate x0
@@ -633,6 +684,16 @@ class WorldModel(nn.Module):
                 label = outcomes[key][:, :-1].float().reshape(b, -1)
                 loss = loss + F.binary_cross_entropy_with_logits(pred[name], label)
         return loss
+
+    def object_state_loss(self, tokens: torch.Tensor, environment_state: torch.Tensor) -> torch.Tensor:
+        """MSE of the object-state head on the targets' tokens [B, T-1, frame_len, D] against frames
+        1..T-1 of environment_state [B, T, E] (dataset units) and their change since the frame before, each
+        normalised; the two halves weigh the same."""
+        s = environment_state.float()
+        pred_state, pred_motion = self.object_state(tokens.flatten(2)).chunk(2, -1)
+        state = self.normalizer.normalize(ENVIRONMENT_STATE, s[:, 1:])
+        motion = self.normalizer.normalize(ENVIRONMENT_MOTION, s[:, 1:] - s[:, :-1])
+        return 0.5 * (F.mse_loss(pred_state, state) + F.mse_loss(pred_motion, motion))
 
     def idm_loss(self, pixels: torch.Tensor, a: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
         """The inverse dynamics' loss: actions 0..T-2 predicted from consecutive frames of pixels

@@ -22,7 +22,8 @@ from worldloop.common.embodiment import EmbodimentSpec, load_embodiment_file
 from worldloop.common.training import TrainLoopConfig, run_training
 from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from worldloop.data.embodiment import AUTO, DEFAULT_MARGIN, embodiment_for_dataset
-from worldloop.data.stats import dataset_stats, load_stats
+from worldloop.data.features import ENVIRONMENT_STATE
+from worldloop.data.stats import dataset_stats, environment_state_stats, load_stats
 from worldloop.data.windows import WorldModelWindows
 from worldloop.world_model.checkpoint_inputs import dataset_config_for
 from worldloop.world_model.imagined_windows import ImaginedWindows
@@ -93,6 +94,18 @@ def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
     dataset = EpisodeDataset(dataset_config_for(cfg.model, cfg.dataset))
     cfg.model.dataset_resize = cfg.dataset.resize
     return dataset
+
+
+def object_state_size(dataset: EpisodeDataset) -> int:
+    """The size of the dataset's `observation.environment_state` (what model.object_state_weight regresses);
+    a ConfigError naming the dataset when it records none."""
+    feature = dataset.meta.features.get(ENVIRONMENT_STATE)
+    if feature is None:
+        raise ConfigError(
+            f"model.object_state_weight > 0 needs {ENVIRONMENT_STATE} in the dataset, but {dataset.root} "
+            "records none (sim recordings write it with record_demos.py --environment_state=true)"
+        )
+    return int(torch.Size(feature["shape"]).numel())
 
 
 def training_embodiment(cfg: TrainWorldModelConfig, stored: EmbodimentSpec | None) -> EmbodimentSpec:
@@ -183,12 +196,15 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
     )
     print(f"embodiment: {embodiment.name} ({embodiment.num_joints} joints, {embodiment.fps} fps)")
     train_eps, held_eps = dataset.split()
+    if cfg.model.object_state_weight > 0:
+        cfg.model.object_state_dim = object_state_size(dataset)
     # Heads fitted on a frozen model must see inputs normalised as the model was trained.
-    stats = (
-        load_stats(Path(cfg.init_from) / "stats.json")
-        if cfg.heads_only
-        else dataset_stats(dataset, train_eps)
-    )
+    if cfg.heads_only:
+        stats = load_stats(Path(cfg.init_from) / "stats.json")
+    else:
+        stats = dataset_stats(dataset, train_eps)
+        if cfg.model.object_state_dim:
+            stats |= environment_state_stats(dataset, train_eps)
     model = WorldModel(cfg.model, stats, embodiment)
     # heads_only loads the frozen model on resume too: the rollouts the heads fit on are drawn before the
     # checkpoint's (identical) weights are restored.
