@@ -205,7 +205,7 @@ def clip_reward_spread(model: WorldModel, windows: HeldOutWindows, context: int,
     rewards = torch.stack(
         [
             clip_fidelity_reward(
-                imagine(model, w, context, steps=steps, seed=cfg.seed + 1 + k)[0],
+                imagine(model, w, context, steps=steps, seed=cfg.seed + 1 + k, judge=False)[0],
                 real,
                 FidelityRewardConfig(),
             )[0]
@@ -258,7 +258,7 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     t0 = time.perf_counter()
     imagined = imagine(model, windows, ctx, steps=steps, seed=cfg.seed)
     curves = rollout_fidelity(model, windows, ctx, imagined)
-    shuffled = imagine(model, windows, ctx, steps=steps, seed=cfg.seed, shuffle_actions=True)
+    shuffled = imagine(model, windows, ctx, steps=steps, seed=cfg.seed, shuffle_actions=True, judge=False)
     real = windows.frames[:, ctx:].float()
     curves["ssim_shuffled_actions"] = (
         ssim(shuffled[0], real).reshape(len(windows), real.shape[1], -1).mean((0, 2)).tolist()
@@ -312,7 +312,7 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     sweep_windows = subset(windows, cfg.sweep_windows, ctx + 10)
     sweep_rows = []
     for s in cfg.sweep_steps:
-        gen = imagine(model, sweep_windows, ctx, steps=s, seed=cfg.seed)
+        gen = imagine(model, sweep_windows, ctx, steps=s, seed=cfg.seed, judge=False)
         ssim10 = float(ssim(gen[0][:, -1], sweep_windows.frames[:, -1].float()).mean())
         row = {"steps": s, "ssim@10": ssim10}
         for b in cfg.speed_batches:

@@ -88,7 +88,10 @@ def test_rollout_fidelity_reports_every_horizon_step_and_the_copy_last_baseline(
         task=["reach the red cube"] * n,
     )
     imagined = imagine(model, windows, ctx, steps=1)
-    assert imagined[0].shape == (n, horizon, 1, 3, 16, 16)
+    assert imagined[0].shape == (n, horizon, 1, 3, 16, 16) and imagined[1].shape == (n, horizon)
+    frames_only = imagine(model, windows, ctx, steps=1, judge=False)
+    assert frames_only[1] is None and frames_only[2] is None
+    assert torch.equal(frames_only[0], imagined[0])  # judging draws nothing from the rollout's noise
     curves = rollout_fidelity(model, windows, ctx, imagined)
     for key in (
         "psnr",

@@ -93,13 +93,14 @@ def imagine(
     seed: int = 0,
     shuffle_actions: bool = False,
     use_cache: bool = True,
+    judge: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Roll the model out from each window's first `context` frames under its future actions.
 
     `shuffle_actions` feeds each window the future actions of another window (a fixed derangement): the
     action-sensitivity test, where a model that ignores actions would score the same as with real ones.
-    Returns frames [N, H, ...], rewards [N, H], success probabilities [N, H] (None for both when the heads
-    read the joint state and the windows have none).
+    Returns frames [N, H, ...], rewards [N, H], success probabilities [N, H] (None for both with
+    `judge=False`, frames only, or when the heads read the joint state and the windows have none).
     """
     n, total = windows.frames.shape[:2]
     if total - context < 1:
@@ -122,11 +123,12 @@ def imagine(
             use_cache=use_cache,
             task=None if windows.task is None else windows.task[sl],
             future_state=None if windows.state is None else windows.state[sl, context:],
+            judge=judge,
         )
         frames.append(f)
         rewards.append(r)
         success.append(s)
-    if rewards[0] is None:  # heads that read the joint state, windows without it
+    if rewards[0] is None:  # not judged
         return torch.cat(frames), None, None
     return torch.cat(frames), torch.cat(rewards), torch.cat(success)
 

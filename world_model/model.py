@@ -721,6 +721,7 @@ class WorldModel(nn.Module):
         task: list[str] | None = None,
         future_state: torch.Tensor | None = None,
         first_frame: torch.Tensor | None = None,
+        judge: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Imagine the frames that follow the context under `future_actions`, one frame at a time.
 
@@ -733,8 +734,9 @@ class WorldModel(nn.Module):
         keys/values are computed once and kept for the next `dit.context_frames` frames; without it every denoising
         step re-runs the whole history (the reference path, same result up to float error).
         Returns frames [B, H, (V,) 3, H, W] in [0, 1], rewards [B, H] and success probabilities [B, H],
-        both for the transition into each generated frame (None for both when the heads read the joint
-        state and no `future_state` is given: frames only). Deterministic given `generator`.
+        both for the transition into each generated frame (None for both with `judge=False`, or when the
+        heads read the joint state and no `future_state` is given: frames only). Deterministic given
+        `generator`.
         Steps: encode_context, then per frame rollout_step (denoise_next_frame, decode_frame,
         append_to_context) and judge_frame.
         """
@@ -745,7 +747,8 @@ class WorldModel(nn.Module):
         ctx, squeeze = self._check_rollout_inputs(
             context_frames, context_actions, future_actions, future_state
         )
-        judge = future_state is not None or not self.cfg.heads.use_state  # heads that read the state need it
+        # heads that read the state need it
+        judge = judge and (future_state is not None or not self.cfg.heads.use_state)
         first = self._first_frame(ctx[:, 0] if first_frame is None else first_frame)
         context = self.encode_context(ctx, context_actions, generator, use_cache)
         frames, rewards, success = [], [], []

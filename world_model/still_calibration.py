@@ -42,7 +42,7 @@ def calibrate_still_threshold(
     try:
         for threshold in candidates:
             model.cfg.sampler.still_threshold = threshold
-            drawn = imagine(model, windows, context, seed=seed)[0]
+            drawn = imagine(model, windows, context, seed=seed, judge=False)[0]
             s, p = per_step(ssim(drawn, real)), per_step(psnr(drawn, real))
             rows.append(
                 {
