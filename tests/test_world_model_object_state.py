@@ -48,7 +48,7 @@ def _window(b=2, t=4, seed=3):
     )
 
 
-def test_object_state_loss_regresses_each_target_frames_state_and_motion_normalised():
+def test_object_state_loss_regresses_each_target_frames_state_and_motion_centred_and_scaled():
     model = object_model()
     with torch.no_grad():
         model.object_state.weight.zero_()
@@ -57,12 +57,12 @@ def test_object_state_loss_regresses_each_target_frames_state_and_motion_normali
     tokens = torch.randn(b, t - 1, model.cfg.dit.frame_len, model.cfg.dit.width)
     s = torch.arange(b * t * E, dtype=torch.float32).view(b, t, E) / 10
     loss = model.object_state_loss(tokens, s)
-    # a zero head predicts 0: the loss is the mean square of the normalised targets of frames 1..T-1
-    state = (s[:, 1:] - torch.tensor([1.0, 2.0, 4.0])) / torch.tensor([1.0, 1.0, 2.0])
-    motion = s[:, 1:] - s[:, :-1]
-    # the third dimension never moved in the stats: centred, not scaled
-    motion = (motion - torch.tensor([0.1, 0.2, 0.0])) / torch.tensor([0.1, 0.2, 1.0])
-    expected = 0.5 * (state.square().mean() + motion.square().mean())
+    # a zero head predicts 0: the loss is the Huber loss of the targets of frames 1..T-1, each centred and
+    # divided by one scale, the root mean square of its dimensions' stds (state 1/1/2, motion .1/.2/0)
+    state = (s[:, 1:] - torch.tensor([1.0, 2.0, 4.0])) / 2**0.5
+    motion = (s[:, 1:] - s[:, :-1] - torch.tensor([0.1, 0.2, 0.0])) / (0.05 / 3) ** 0.5
+    huber = torch.nn.functional.huber_loss
+    expected = 0.5 * (huber(state, torch.zeros_like(state)) + huber(motion, torch.zeros_like(motion)))
     torch.testing.assert_close(loss, expected)
 
 

@@ -125,7 +125,10 @@ class WorldModelConfig:
     # Auxiliary object-state loss (`object_state_weight` = w > 0; datasets that record
     # `observation.environment_state`, e.g. the sim's cube positions): a linear head on the last block's
     # tokens of each target frame regresses that frame's recorded object state and its change since the
-    # frame before (each normalised by its own training stats), added to the loss with weight w. A pushed
+    # frame before, added to the loss with weight w (Huber). Each is centred and divided by one scale for all
+    # its dimensions (the root mean square of their stds): the values share units (the sim's metres), and a
+    # per-dimension scale blew a resting cube's millimetre jitter in height up to unit-sized noise, which the
+    # head cannot predict and whose gradient held back the frames (experiments: the aborted runs). A pushed
     # cube is a few dozen of 4,096 pixels and the pixel loss barely notices it drawn a pixel off; this makes
     # the tokens that draw a frame carry where its objects are and how they move, from the context and the
     # action, also at high noise. Training only: rollouts never read the head, and nothing but the frames
@@ -268,14 +271,20 @@ class WorldModel(nn.Module):
         modes = {ACTION: "mean_std", STATE: "mean_std"}
         self.object_state = None
         if cfg.object_state_dim:
-            for key in (ENVIRONMENT_STATE, ENVIRONMENT_MOTION):
+            for key, name in ((ENVIRONMENT_STATE, "object_state"), (ENVIRONMENT_MOTION, "object_motion")):
                 size = len(self.stats.get(key, {}).get("mean", ()))
                 if size != cfg.object_state_dim:
                     raise ValueError(
                         f"world model object_state_dim={cfg.object_state_dim} needs stats of {key!r} of that "
                         f"size; got {size or 'none'}"
                     )
-                modes[key] = "mean_std"
+                mean, std = (
+                    torch.as_tensor(self.stats[key][f], dtype=torch.float32) for f in ("mean", "std")
+                )
+                self.register_buffer(f"{name}_mean", mean, persistent=False)
+                self.register_buffer(
+                    f"{name}_scale", std.square().mean().sqrt().clamp_min(1e-6), persistent=False
+                )
             self.object_state = nn.Linear(cfg.dit.frame_len * cfg.dit.width, 2 * cfg.object_state_dim)
         self.normalizer = Normalizer(self.stats, modes)
 
@@ -686,14 +695,14 @@ class WorldModel(nn.Module):
         return loss
 
     def object_state_loss(self, tokens: torch.Tensor, environment_state: torch.Tensor) -> torch.Tensor:
-        """MSE of the object-state head on the targets' tokens [B, T-1, frame_len, D] against frames
+        """Huber loss of the object-state head on the targets' tokens [B, T-1, frame_len, D] against frames
         1..T-1 of environment_state [B, T, E] (dataset units) and their change since the frame before, each
-        normalised; the two halves weigh the same."""
+        centred and scaled (see `object_state_weight`); the two halves weigh the same."""
         s = environment_state.float()
         pred_state, pred_motion = self.object_state(tokens.flatten(2)).chunk(2, -1)
-        state = self.normalizer.normalize(ENVIRONMENT_STATE, s[:, 1:])
-        motion = self.normalizer.normalize(ENVIRONMENT_MOTION, s[:, 1:] - s[:, :-1])
-        return 0.5 * (F.mse_loss(pred_state, state) + F.mse_loss(pred_motion, motion))
+        state = (s[:, 1:] - self.object_state_mean) / self.object_state_scale
+        motion = (s[:, 1:] - s[:, :-1] - self.object_motion_mean) / self.object_motion_scale
+        return 0.5 * (F.huber_loss(pred_state, state) + F.huber_loss(pred_motion, motion))
 
     def idm_loss(self, pixels: torch.Tensor, a: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
         """The inverse dynamics' loss: actions 0..T-2 predicted from consecutive frames of pixels
