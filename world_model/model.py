@@ -268,7 +268,7 @@ class WorldModel(nn.Module):
                 raise ValueError(
                     f"world model stats need {key!r} of size {dim} (mean/std); got {sorted(self.stats)}"
                 )
-        modes = {ACTION: "mean_std", STATE: "mean_std"}
+        self.normalizer = Normalizer(self.stats, {ACTION: "mean_std", STATE: "mean_std"})
         self.object_state = None
         if cfg.object_state_dim:
             for key, name in ((ENVIRONMENT_STATE, "object_state"), (ENVIRONMENT_MOTION, "object_motion")):
@@ -286,7 +286,6 @@ class WorldModel(nn.Module):
                     f"{name}_scale", std.square().mean().sqrt().clamp_min(1e-6), persistent=False
                 )
             self.object_state = nn.Linear(cfg.dit.frame_len * cfg.dit.width, 2 * cfg.object_state_dim)
-        self.normalizer = Normalizer(self.stats, modes)
 
     # ---- normalisation -------------------------------------------------------------------------------
     def normalize_action(self, a: torch.Tensor) -> torch.Tensor:
