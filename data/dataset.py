@@ -204,6 +204,8 @@ class EpisodeDataset:
         if cfg.require_rewards and missing_rewards:
             raise DatasetError(f"dataset {self.root}: required features {missing_rewards} are missing")
         self.reward_keys = [k for k in (REWARD, SUCCESS, DONE) if k in features]
+        # [observation.environment_state] where the dataset records the objects' state, else []
+        self.object_keys = [ENVIRONMENT_STATE] if ENVIRONMENT_STATE in features else []
 
     def _served_size(self, sizes: dict[str, tuple[int, int]]) -> tuple[int, int]:
         cfg = self.cfg
@@ -305,9 +307,8 @@ class EpisodeDataset:
         return self._table
 
     def _build_table(self) -> FrameTable:
-        objects = [ENVIRONMENT_STATE] if ENVIRONMENT_STATE in self.meta.features else []
         cols = self.numeric_columns(
-            [STATE, ACTION, "frame_index", "timestamp", "task_index", *self.reward_keys, *objects]
+            [STATE, ACTION, "frame_index", "timestamp", "task_index", *self.reward_keys, *self.object_keys]
         )
         n = len(cols["index"])
         state = torch.from_numpy(cols[STATE].astype(np.float32).reshape(n, -1))
@@ -340,7 +341,7 @@ class EpisodeDataset:
             task=[task_of[int(i)] for i in cols["task_index"].reshape(n)],
             environment_state=(
                 torch.from_numpy(cols[ENVIRONMENT_STATE].astype(np.float32).reshape(n, -1))
-                if objects
+                if self.object_keys
                 else None
             ),
         )

@@ -65,8 +65,8 @@ class WorldModelWindows(Dataset):
         if cache:
             self.table = dataset.frame_table()
         else:
-            objects = [ENVIRONMENT_STATE] if ENVIRONMENT_STATE in dataset.meta.features else []
-            keys = [image_key(c) for c in dataset.cameras] + [STATE, ACTION, *dataset.reward_keys, *objects]
+            keys = [image_key(c) for c in dataset.cameras]
+            keys += [STATE, ACTION, *dataset.reward_keys, *dataset.object_keys]
             offsets = [t / dataset.fps for t in range(self.length)]
             self.lerobot = dataset.lerobot_with_deltas({k: offsets for k in keys})
 
