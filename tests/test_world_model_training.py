@@ -252,3 +252,22 @@ def test_frozen_heads_training_changes_everything_but_the_heads(tmp_path, tiny_l
     # the heads' config (what they read, their calibrated threshold) is theirs, not the command line's
     exported = WorldModel.from_pretrained(tmp_path / "longer" / "pretrained_model")
     assert exported.cfg.heads == base_cfg.heads
+
+
+def test_train_seed_sets_the_initial_weights(tmp_path, tiny_lerobot_dataset):
+    root = tiny_lerobot_dataset(tmp_path, episodes=3, length=8, image_size=(SIZE, SIZE))
+
+    def trained(seed: int, name: str) -> dict[str, torch.Tensor]:
+        args = tiny_train_args(root, tmp_path / name, steps=1)
+        extra = [
+            "--eval.max_windows=0",
+            "--still_windows=0",
+            "--calibrate_success=false",
+            f"--train.seed={seed}",
+        ]
+        torch.manual_seed(len(name))  # what ran before in the process must not matter
+        return train(parse_cli(TrainWorldModelConfig, args + extra)).state_dict()
+
+    a, again, other = trained(0, "a"), trained(0, "again"), trained(1, "other")
+    assert all(torch.equal(a[k], again[k]) for k in a)
+    assert not torch.equal(a["dit.patch.weight"], other["dit.patch.weight"])

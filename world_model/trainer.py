@@ -19,6 +19,7 @@ from torch.utils.data import ConcatDataset
 from worldloop.common.checkpoint import atomic_directory, load_matching_weights, save_json
 from worldloop.common.config import ConfigError, load_config
 from worldloop.common.embodiment import EmbodimentSpec, load_embodiment_file
+from worldloop.common.rng import torch_seeded
 from worldloop.common.training import TrainLoopConfig, run_training
 from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from worldloop.data.embodiment import AUTO, DEFAULT_MARGIN, embodiment_for_dataset
@@ -205,7 +206,10 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         stats = dataset_stats(dataset, train_eps)
         if cfg.model.object_state_dim:
             stats |= environment_state_stats(dataset, train_eps)
-    model = WorldModel(cfg.model, stats, embodiment)
+    # The initial weights follow the run's seed, so that runs on different seeds are independent draws
+    # (`train.seed` also sets the data order and the noise).
+    with torch_seeded(cfg.train.seed):
+        model = WorldModel(cfg.model, stats, embodiment)
     # heads_only loads the frozen model on resume too: the rollouts the heads fit on are drawn before the
     # checkpoint's (identical) weights are restored.
     if cfg.init_from and (not cfg.resume or cfg.heads_only):
