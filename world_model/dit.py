@@ -204,33 +204,17 @@ class VideoDiT(nn.Module):
         time_index: torch.Tensor,
         teacher_forced: bool = False,
         kv_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        return_tokens: bool = False,
+    ) -> tuple[torch.Tensor, ...]:
         """Denoise F frames.
 
         x, prev: [B, F, V, C, H, W] (prev: each frame's previous clean frame, when configured); actions
         [B, F, A]; action_valid, t: [B, F]; time_index: [F] frame indices (for rotary time); kv_cache: per
         block the keys/values of earlier frames these frames attend to.
         Returns the output [B, F, V, C, H, W] and per block the keys/values of these frames (for appending
-        to a cache).
+        to a cache); with `return_tokens`, also the last block's tokens [B, F, frame_len, D] (what auxiliary
+        heads on the frames being drawn read).
         """
-        out, new_kv, _ = self.forward_with_tokens(
-            x, prev, actions, action_valid, t, time_index, teacher_forced, kv_cache
-        )
-        return out, new_kv
-
-    def forward_with_tokens(
-        self,
-        x: torch.Tensor,
-        prev: torch.Tensor | None,
-        actions: torch.Tensor,
-        action_valid: torch.Tensor,
-        t: torch.Tensor,
-        time_index: torch.Tensor,
-        teacher_forced: bool = False,
-        kv_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
-        """`forward`, also returning the last block's tokens [B, F, frame_len, D] (what auxiliary heads on
-        the frames being drawn read)."""
         cfg = self.cfg
         b, nf, nv, c, hgt, wid = x.shape
         if (nv, c, hgt, wid) != (cfg.num_views, cfg.channels, cfg.image_size, cfg.image_size):
@@ -255,7 +239,9 @@ class VideoDiT(nn.Module):
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
             out = out + self.refine_output(both, cond).view_as(out)
-        return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width)
+        if return_tokens:
+            return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width)
+        return out, new_kv
 
     def refine_output(self, frames: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """The output convolution's correction for frames [B, F, V, C', H, W] (output, and previous frame when

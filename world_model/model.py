@@ -633,7 +633,7 @@ class WorldModel(nn.Module):
         seq = torch.cat(
             [flow.input_scale(clean, cond.ctx_t, par, sd), flow.input_scale(noisy, cond.target_t, par, sd)], 1
         )
-        out, _, tokens = self.dit.forward_with_tokens(
+        out, _, tokens = self.dit(
             seq,
             cond.prev,
             cond.actions,
@@ -641,6 +641,7 @@ class WorldModel(nn.Module):
             torch.cat([cond.ctx_t, cond.target_t], 1),
             cond.index,
             teacher_forced=True,
+            return_tokens=True,
         )
         return out[:, clean.shape[1] :], tokens[:, clean.shape[1] :]
 
