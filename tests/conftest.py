@@ -126,3 +126,24 @@ def shared_tiny_dataset_root(tmp_path_factory) -> Path:
         length=list(SHARED_LENGTHS),
         cameras=("front", "wrist"),
     )
+
+
+def record_tiny_push(root: Path, episodes: int, image_size: int, max_steps: int) -> Path:
+    """Push episodes from our simulator (scripted expert, front camera), not stopped at success, with the
+    cubes' positions recorded (`observation.environment_state`): the data the object metrics score."""
+    from worldloop.sim.recording import RecordingConfig, record_demos
+
+    record_demos(
+        RecordingConfig(
+            root=str(root),
+            task="push",
+            episodes=episodes,
+            image_size=image_size,
+            cameras=["front"],
+            max_steps=max_steps,
+            terminate_on_success=False,
+            image_writer_threads=0,
+            environment_state=True,
+        )
+    )
+    return root

@@ -6,10 +6,10 @@ import math
 
 import imageio.v2 as imageio
 import pytest
+from conftest import record_tiny_push
 
 from benchmarks.world_model_fidelity import FidelityBenchmarkConfig, run_benchmark
 from worldloop.data.dataset import DatasetConfig
-from worldloop.sim.recording import RecordingConfig, record_demos
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
 from worldloop.world_model.model import WorldModel, WorldModelConfig
@@ -21,20 +21,7 @@ SIZE = 32
 @pytest.fixture(scope="module")
 def push_and_model(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fidelity")
-    root = tmp / "push"
-    record_demos(
-        RecordingConfig(
-            root=str(root),
-            task="push",
-            episodes=4,
-            image_size=SIZE,
-            cameras=["front"],
-            max_steps=12,
-            terminate_on_success=False,
-            image_writer_threads=0,
-            environment_state=True,
-        )
-    )
+    root = record_tiny_push(tmp / "push", episodes=4, image_size=SIZE, max_steps=12)
     dit = VideoDiTConfig(image_size=SIZE, patch_size=8, width=32, depth=1, heads=2, context_frames=2)
     model = WorldModel(WorldModelConfig(dit=dit, idm=InverseDynamicsConfig(channels=8)))
     model.save_pretrained(tmp / "model")

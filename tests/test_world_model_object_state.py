@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import record_tiny_push
 from test_world_model_steps import SIZE, tiny_model
 from test_world_model_training import tiny_train_args
 
@@ -14,7 +15,6 @@ from worldloop.data.dataset import DatasetConfig, EpisodeDataset
 from worldloop.data.features import ENVIRONMENT_STATE
 from worldloop.data.stats import ENVIRONMENT_MOTION, compute_stats
 from worldloop.data.windows import WorldModelWindows
-from worldloop.sim.recording import RecordingConfig, record_demos
 from worldloop.world_model.model import WorldModel, WorldModelConfig, identity_stats
 from worldloop.world_model.trainer import TrainWorldModelConfig, train
 
@@ -114,21 +114,9 @@ def test_rollouts_never_read_the_object_state_head():
 
 @pytest.fixture(scope="module")
 def push_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("objects") / "push"
-    record_demos(
-        RecordingConfig(
-            root=str(root),
-            task="push",
-            episodes=3,
-            image_size=SIZE,
-            cameras=["front"],
-            max_steps=8,
-            terminate_on_success=False,
-            image_writer_threads=0,
-            environment_state=True,
-        )
+    return record_tiny_push(
+        tmp_path_factory.mktemp("objects") / "push", episodes=3, image_size=SIZE, max_steps=8
     )
-    return root
 
 
 def test_windows_carry_the_recorded_object_state_on_both_read_paths(push_root):
