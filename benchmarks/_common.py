@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from worldloop.common.run_record import run_record
+from worldloop.common.run_record import write_run_record
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def write_result(name: str, figures: dict, command: str | None = None) -> Path:
-    """Write benchmarks/results/<name>.json; `command` defaults to how this process was started."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(run_record(name, figures, command), indent=2, sort_keys=False) + "\n")
-    return path
+    """Write benchmarks/results/<name>.json (atomically); `command` defaults to how this process was started."""
+    return write_run_record(RESULTS / f"{name}.json", name, figures, command)

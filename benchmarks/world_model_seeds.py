@@ -1,0 +1,146 @@
+"""Is a world-model recipe change a gain? Its fidelity figures against the recipe's, over training seeds.
+
+    python benchmarks/world_model_seeds.py \
+        '--baseline=[docs/results/a_s0.json,docs/results/a_s1.json,docs/results/a_s2.json]' \
+        '--candidate=[docs/results/b_s0.json,docs/results/b_s1.json,docs/results/b_s2.json]' \
+        --name=world_model_seeds_push_cn05
+
+Each file is a `world_model_fidelity.py` result of one trained model; the i-th baseline and the i-th
+candidate were trained on the same seed and scored on the same held-out windows, so they are compared in
+pairs. Reported: every figure per seed, each arm's mean with its Student-t 95% interval, and the paired
+differences (candidate minus baseline) with theirs. The keep rule is the protocol's, fixed before the runs:
+the candidate is kept when it is better on every `keep_higher` and `keep_lower` figure in every seed pair.
+This script only reads results; it trains and scores nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import write_result  # noqa: E402
+from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
+from worldloop.common.stats import mean_ci  # noqa: E402
+
+# name -> where a fidelity result holds it: (section, key, horizon index or None)
+FIGURES: dict[str, tuple[str, str, int | None]] = {
+    "ssim@1": ("curves", "ssim", 0),
+    "ssim@10": ("curves", "ssim", 9),
+    "ssim@30": ("curves", "ssim", 29),
+    "psnr@1": ("curves", "psnr", 0),
+    "psnr@30": ("curves", "psnr", 29),
+    "shuffled_drop@10": ("targets_issue24", "shuffled_actions_ssim_drop_h10", None),
+    "idm_ratio@30": ("targets_issue24", "idm_error_ratio_h30", None),
+    "cube_error@10": ("targets_issue24", "cube_error_px_h10", None),
+    "cube_error@30": ("targets_issue24", "cube_error_px_h30", None),
+    "cube_r": ("targets_issue24", "cube_displacement_r", None),
+    "group_std": ("targets_issue24", "clip_reward_group_std", None),
+}
+
+
+@dataclass
+class SeedComparisonConfig:
+    baseline: list[str] = field(default_factory=list)  # fidelity JSONs, one per training seed
+    candidate: list[str] = field(default_factory=list)  # the same seeds, in the same order
+    keep_higher: list[str] = field(default_factory=lambda: ["ssim@30"])
+    keep_lower: list[str] = field(default_factory=lambda: ["idm_ratio@30"])
+    name: str = "world_model_seeds"
+
+    def validate(self) -> None:
+        if not self.baseline or len(self.baseline) != len(self.candidate):
+            raise ConfigError(
+                f"baseline and candidate need one fidelity JSON per seed each, in the same seed order; got "
+                f"{len(self.baseline)} and {len(self.candidate)}"
+            )
+        unknown = [f for f in self.keep_higher + self.keep_lower if f not in FIGURES]
+        if unknown:
+            raise ConfigError(
+                f"keep_higher/keep_lower name unknown figures {unknown}; known: {list(FIGURES)}"
+            )
+
+
+def read_figures(path: str | Path) -> tuple[dict[str, float], int]:
+    """One fidelity result -> ({figure: value}, the number of held-out windows it was scored on)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no such fidelity result (benchmarks/world_model_fidelity.py writes them)"
+        )
+    figures = json.loads(path.read_text()).get("figures", {})
+    out = {}
+    for name, (section, key, index) in FIGURES.items():
+        value = figures.get(section, {}).get(key)
+        if value is None:
+            raise ValueError(
+                f"{path}: figures.{section}.{key} is missing; expected a world_model_fidelity.py result"
+            )
+        out[name] = float(value[index] if index is not None else value)
+    return out, int(figures.get("windows", 0))
+
+
+def compare(
+    baseline: list[dict[str, float]], candidate: list[dict[str, float]], cfg: SeedComparisonConfig
+) -> dict:
+    """Per-arm means, paired differences and the keep decision (see the module docstring)."""
+    result: dict = {"seeds": len(baseline), "figures": {}}
+    for name in FIGURES:
+        b = [run[name] for run in baseline]
+        c = [run[name] for run in candidate]
+        diff = [y - x for x, y in zip(b, c)]
+        result["figures"][name] = {
+            "baseline": b,
+            "candidate": c,
+            "baseline_mean": mean_ci(b),
+            "candidate_mean": mean_ci(c),
+            "difference": mean_ci(diff),
+        }
+    wins = {n: [d > 0 for d in _diffs(result, n)] for n in cfg.keep_higher}
+    wins |= {n: [d < 0 for d in _diffs(result, n)] for n in cfg.keep_lower}
+    result["keep_rule"] = {"higher": cfg.keep_higher, "lower": cfg.keep_lower, "wins_per_seed": wins}
+    result["kept"] = all(all(w) for w in wins.values())
+    return result
+
+
+def _diffs(result: dict, name: str) -> list[float]:
+    f = result["figures"][name]
+    return [y - x for x, y in zip(f["baseline"], f["candidate"])]
+
+
+def main() -> None:
+    cfg = parse_cli(SeedComparisonConfig)
+    cfg.validate()
+    runs = {arm: [read_figures(p) for p in getattr(cfg, arm)] for arm in ("baseline", "candidate")}
+    windows = {w for arm in runs.values() for _, w in arm}
+    if len(windows) != 1:
+        raise ValueError(
+            f"the results were scored on different numbers of held-out windows {sorted(windows)}"
+        )
+    result = compare([f for f, _ in runs["baseline"]], [f for f, _ in runs["candidate"]], cfg)
+    result |= {"baseline_files": cfg.baseline, "candidate_files": cfg.candidate, "windows": windows.pop()}
+    rows = []
+    for name, f in result["figures"].items():
+        d = f["difference"]
+        rows.append(
+            {
+                "figure": name,
+                "baseline per seed": " ".join(f"{v:.4g}" for v in f["baseline"]),
+                "candidate per seed": " ".join(f"{v:.4g}" for v in f["candidate"]),
+                "mean difference": f"{d['mean']:+.4g} [{d['low']:+.4g}, {d['high']:+.4g}]",
+            }
+        )
+    print_table(rows, title=f"candidate minus baseline over {result['seeds']} seeds (95% t interval)")
+    print(
+        f"kept: {result['kept']} (rule: higher {cfg.keep_higher}, lower {cfg.keep_lower}, in every seed pair)"
+    )
+    path = write_result(cfg.name, result, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""benchmarks/world_model_seeds.py: paired per-seed comparison of fidelity results, on known inputs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+import benchmarks._common
+from benchmarks.world_model_seeds import FIGURES, SeedComparisonConfig, compare, main, read_figures
+
+
+def fidelity_result(path, ssim30: float, idm: float, windows: int = 64):
+    """A fidelity-shaped JSON whose every figure is 1.0 but SSIM@30 and the IDM ratio."""
+    ssim = [1.0] * 30
+    ssim[29] = ssim30
+    issue = {key: 1.0 for section, key, _ in FIGURES.values() if section == "targets_issue24"}
+    issue["idm_error_ratio_h30"] = idm
+    figures = {"windows": windows, "curves": {"ssim": ssim, "psnr": [20.0] * 30}, "targets_issue24": issue}
+    path.write_text(json.dumps({"figures": figures}))
+    return str(path)
+
+
+def test_paired_differences_means_and_keep_rule(tmp_path):
+    base = [
+        read_figures(fidelity_result(tmp_path / f"b{i}.json", s, r))[0]
+        for i, (s, r) in enumerate([(0.80, 8.0), (0.82, 6.0), (0.84, 7.0)])
+    ]
+    cand = [
+        read_figures(fidelity_result(tmp_path / f"c{i}.json", s, r))[0]
+        for i, (s, r) in enumerate([(0.85, 3.0), (0.83, 4.0), (0.86, 5.0)])
+    ]
+    out = compare(base, cand, SeedComparisonConfig())
+    ssim = out["figures"]["ssim@30"]
+    assert ssim["difference"]["mean"] == pytest.approx((0.05 + 0.01 + 0.02) / 3)
+    assert ssim["baseline_mean"]["mean"] == pytest.approx(0.82)
+    assert ssim["difference"]["low"] < ssim["difference"]["mean"] < ssim["difference"]["high"]
+    assert out["figures"]["idm_ratio@30"]["difference"]["mean"] == pytest.approx(-3.0)
+    assert out["kept"] is True
+    # One seed pair where the candidate is worse on SSIM@30 and the rule says no.
+    cand[1]["ssim@30"] = 0.81
+    out = compare(base, cand, SeedComparisonConfig())
+    assert out["keep_rule"]["wins_per_seed"]["ssim@30"] == [True, False, True]
+    assert out["kept"] is False
+
+
+def test_bad_inputs_name_the_file_or_field(tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        read_figures(tmp_path / "missing.json")
+    (tmp_path / "other.json").write_text(json.dumps({"figures": {"curves": {}}}))
+    with pytest.raises(ValueError, match="other.json: figures.curves.ssim"):
+        read_figures(tmp_path / "other.json")
+    with pytest.raises(ValueError, match="one fidelity JSON per seed"):
+        SeedComparisonConfig(baseline=["a"], candidate=[]).validate()
+    with pytest.raises(ValueError, match="unknown figures"):
+        SeedComparisonConfig(baseline=["a"], candidate=["b"], keep_higher=["fps"]).validate()
+    # Results scored on different held-out windows are not pairs.
+    a = fidelity_result(tmp_path / "a.json", 0.8, 8.0, windows=64)
+    b = fidelity_result(tmp_path / "b.json", 0.8, 8.0, windows=16)
+    monkeypatch.setattr(benchmarks._common, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(sys, "argv", ["world_model_seeds.py", f"--baseline=[{a}]", f"--candidate=[{b}]"])
+    with pytest.raises(ValueError, match="different numbers of held-out windows"):
+        main()
+
+
+def test_main_writes_the_comparison(tmp_path, monkeypatch):
+    a = [fidelity_result(tmp_path / f"a{i}.json", 0.8 + i / 100, 8.0) for i in range(3)]
+    b = [fidelity_result(tmp_path / f"b{i}.json", 0.79, 9.0) for i in range(3)]
+    monkeypatch.setattr(benchmarks._common, "RESULTS", tmp_path / "results")
+    args = [f"--baseline=[{','.join(a)}]", f"--candidate=[{','.join(b)}]", "--name=seeds_test"]
+    monkeypatch.setattr(sys, "argv", ["world_model_seeds.py", *args])
+    main()
+    written = json.loads((tmp_path / "results" / "seeds_test.json").read_text())
+    assert written["figures"]["kept"] is False
+    assert written["figures"]["seeds"] == 3
+    assert written["figures"]["candidate_files"] == b
