@@ -75,3 +75,8 @@ def test_main_writes_the_comparison(tmp_path, monkeypatch):
     assert written["figures"]["kept"] is False
     assert written["figures"]["seeds"] == 3
     assert written["figures"]["candidate_files"] == b
+
+
+def test_a_result_name_is_a_file_name_not_a_path():
+    with pytest.raises(ValueError, match="plain file name"):
+        benchmarks._common.write_result("../elsewhere", {})
