@@ -96,20 +96,17 @@ def compare(
         result["figures"][name] = {
             "baseline": b,
             "candidate": c,
+            "differences": diff,
             "baseline_mean": mean_ci(b),
             "candidate_mean": mean_ci(c),
             "difference": mean_ci(diff),
         }
-    wins = {n: [d > 0 for d in _diffs(result, n)] for n in cfg.keep_higher}
-    wins |= {n: [d < 0 for d in _diffs(result, n)] for n in cfg.keep_lower}
+    figures = result["figures"]
+    wins = {n: [d > 0 for d in figures[n]["differences"]] for n in cfg.keep_higher}
+    wins |= {n: [d < 0 for d in figures[n]["differences"]] for n in cfg.keep_lower}
     result["keep_rule"] = {"higher": cfg.keep_higher, "lower": cfg.keep_lower, "wins_per_seed": wins}
     result["kept"] = all(all(w) for w in wins.values())
     return result
-
-
-def _diffs(result: dict, name: str) -> list[float]:
-    f = result["figures"][name]
-    return [y - x for x, y in zip(f["baseline"], f["candidate"])]
 
 
 def main() -> None:
