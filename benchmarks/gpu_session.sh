@@ -11,6 +11,9 @@
 # No stage named: tests, bench, train in turn. Logs and JSONs go to $OUT (the device tool brings them back)
 # or outputs/gpu_session; copy kernels.json and kernels_train_run.json from there into benchmarks/results/.
 # SMOKE=1 runs bench and train at small shapes (any machine; how this script is tested on a CPU).
+# LIMIT_TESTS / LIMIT_BENCH / LIMIT_TRAIN=<seconds> stop a stage there (one device call holds all three);
+# kernels.py writes its JSON after every section, so a stopped bench keeps the sections it finished.
+# TRAIN_RUN_STEPS (default 200) sets the train stage's length.
 # PYTHON=... picks the interpreter (default python3, the one holding PyTorch on the device).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,13 +55,14 @@ for stage in $stages; do
   status=0
   case $stage in
     tests)  # kernels and attention backends against the fp32 references on CUDA (skipped without one)
-      $PY -m pytest -m gpu tests/test_cuda_ext_gpu.py -q -p no:cacheprovider -o addopts="" 2>&1 \
+      timeout -k 10 "${LIMIT_TESTS:-0}" $PY -m pytest -m gpu tests/test_cuda_ext_gpu.py -q -p no:cacheprovider -o addopts="" 2>&1 \
         | tee "$out/pytest_gpu.log" || status=$? ;;
     bench)  # every section but the long training run: one process, ratios in the same process
-      $PY benchmarks/kernels.py "${smoke[@]}" --sections='[attention,decode,elementwise,train,imagine]' \
+      timeout -k 10 "${LIMIT_BENCH:-0}" $PY benchmarks/kernels.py "${smoke[@]}" --sections='[attention,decode,elementwise,train,imagine]' \
         --out="$out/kernels.json" 2>&1 | tee "$out/kernels.log" || status=$? ;;
     train)  # base.yaml through the shared training loop on generated data (3 steps with SMOKE=1)
-      $PY benchmarks/kernels.py "${smoke[@]}" --sections='[train_run]' --train_run_steps=200 \
+      timeout -k 10 "${LIMIT_TRAIN:-0}" $PY benchmarks/kernels.py "${smoke[@]}" --sections='[train_run]' \
+        --train_run_steps="${TRAIN_RUN_STEPS:-200}" \
         --out="$out/kernels_train_run.json" 2>&1 | tee "$out/kernels_train_run.log" || status=$? ;;
     *) echo "unknown stage '$stage': expected wheels, tests, bench, train"; exit 2 ;;
   esac

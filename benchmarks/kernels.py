@@ -650,6 +650,8 @@ def main() -> None:
     unknown = sorted(set(cfg.sections) - set(SECTIONS))
     if unknown:
         raise ValueError(f"--sections: unknown {unknown}; expected some of {list(SECTIONS)}")
+    if not cfg.sections:
+        raise ValueError(f"--sections: empty; expected some of {list(SECTIONS)}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type != "cuda" and not cfg.smoke:
         print("No CUDA device: running the smoke mode (small shapes, PyTorch paths; GPU rows skipped).")
@@ -686,27 +688,35 @@ def main() -> None:
         "imagine": lambda: bench_imagine(cfg, device, world_model_config(cfg)),
         "train_run": lambda: [train_run(cfg, device, world_model_config(cfg))],
     }
+    default = "kernels_smoke.json" if cfg.smoke else "kernels.json"
+    path = Path(cfg.out or RESULTS / default)
+    figures["sections_done"] = []
     for name in SECTIONS:
         if name in cfg.sections:
             start = time.perf_counter()
             figures[name] = sections[name]()
             seconds = figures["timings"]["section_seconds"][name] = time.perf_counter() - start
             print_table(figures[name], title=f"\n{name} ({seconds:.0f} s)")
+            figures["sections_done"].append(name)
+            # written after every section: a run stopped at a time limit keeps what it measured
+            write_run_record(path, "kernels", summarise(figures, smoke=cfg.smoke))
+    print_table(figures["speedups"], title="\nspeedups (ours vs each baseline, same process)")
+    print_table(figures["targets"], title=f"\ntargets (set for an H100; this device: {versions['device']})")
+    print(f"\nwrote {path}")
+
+
+def summarise(figures: dict, smoke: bool) -> dict:
+    """Add the speedups and the target checks of the sections measured so far to `figures` (in place)."""
     ratios = speedups(
         figures.get("attention", []) + figures.get("decode", []), figures.get("elementwise", [])
     )
     figures["speedups"] = ratios
     figures["targets"] = target_checks(ratios, figures.get("imagine", []))
-    if cfg.smoke:  # small shapes: the figures check the code paths, not the H100 targets
+    if smoke:  # small shapes: the figures check the code paths, not the H100 targets
         figures["targets"] = [
             {**t, "met": None, "note": "not judged: smoke shapes"} for t in figures["targets"]
         ]
-    print_table(ratios, title="\nspeedups (ours vs each baseline, same process)")
-    print_table(figures["targets"], title=f"\ntargets (set for an H100; this device: {versions['device']})")
-    default = "kernels_smoke.json" if cfg.smoke else "kernels.json"
-    path = write_run_record(cfg.out or RESULTS / default, "kernels", figures)
-    print(f"\nwrote {path}")
-
+    return figures
 
 if __name__ == "__main__":
     main()
