@@ -718,5 +718,6 @@ def summarise(figures: dict, smoke: bool) -> dict:
         ]
     return figures
 
+
 if __name__ == "__main__":
     main()
