@@ -90,12 +90,11 @@ def test_block_mask_is_built_once_per_shape_and_shared_across_batch_sizes():
 def test_auto_backend_choice(monkeypatch):
     monkeypatch.delenv("WORLDLOOP_KERNELS", raising=False)
     cuda = torch.device("cuda")
-    assert resolve_backend("auto", CPU, teacher_forced=True) == "sdpa"
-    assert resolve_backend("auto", cuda, teacher_forced=True) == "flex"
-    assert resolve_backend("auto", cuda, teacher_forced=False) == "triton"
-    assert resolve_backend("flex", CPU, teacher_forced=False) == "flex"
+    assert resolve_backend("auto", CPU) == "sdpa"
+    assert resolve_backend("auto", cuda) == "triton"
+    assert resolve_backend("flex", CPU) == "flex"
     monkeypatch.setenv("WORLDLOOP_KERNELS", "off")
-    assert resolve_backend("auto", cuda, teacher_forced=True) == "sdpa"
+    assert resolve_backend("auto", cuda) == "sdpa"
 
 
 def test_unknown_backend_names_the_field_and_the_choices():

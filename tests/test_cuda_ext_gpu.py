@@ -171,7 +171,7 @@ def _tiny_world_model(backend: str):
 
 
 def test_world_model_auto_backend_matches_sdpa_in_bf16_training_and_cached_rollout():
-    """`attention_backend: auto` (FlexAttention for training, our kernel for the KV-cache rollout) against
+    """`attention_backend: auto` (our kernel for training and for the KV-cache rollout) against
     the dense-mask reference: the bf16-autocast training loss and its gradients, and a rollout."""
     g = torch.Generator(device="cuda").manual_seed(4)
     frames = torch.rand(2, 6, 2, 3, 32, 32, device="cuda", generator=g)

@@ -17,8 +17,9 @@ Both layouts are `cuda_ext.block_causal_attention` (its `window` counts the fram
   mask; compiled on CUDA, eager elsewhere).
 - `triton`: our Triton flash kernel (forward and backward for both layouts, split-KV decode); CPU tensors
   need `TRITON_INTERPRET=1`.
-- `auto`: on CUDA, FlexAttention for the teacher-forced training pass and our kernel for rollouts (its
-  split-KV decode; FlexAttention would recompile for every cache length); the reference elsewhere.
+- `auto`: on CUDA, our kernel for both layouts (measured on an H200, docs/kernels.md: base.yaml trains at
+  1.67 steps/s with it, 1.36 with FlexAttention, 0.90 with SDPA; rollouts are within a few percent of
+  either, and FlexAttention would recompile for every cache length); the reference elsewhere.
   `WORLDLOOP_KERNELS=off` (cuda_ext's switch) makes it the reference everywhere.
 """
 
@@ -42,14 +43,14 @@ def check_backend(backend: str, field: str = "dit.attention_backend") -> None:
         )
 
 
-def resolve_backend(backend: str, device: torch.device, teacher_forced: bool) -> str:
+def resolve_backend(backend: str, device: torch.device) -> str:
     """The implementation `backend` runs for tensors on `device`: 'sdpa', 'flex' or 'triton'."""
     check_backend(backend)
     if backend != "auto":
         return backend
     if device.type != "cuda" or requested_backend() == "off":
         return "sdpa"
-    return "flex" if teacher_forced else "triton"
+    return "triton"
 
 
 def frame_attention(
@@ -62,7 +63,7 @@ def frame_attention(
     backend: str = "sdpa",
 ) -> torch.Tensor:
     """Attention over frames. q [B, heads, Lq, D], k, v [B, heads, Lk, D] -> [B, heads, Lq, D]."""
-    path = resolve_backend(backend, q.device, teacher_forced)
+    path = resolve_backend(backend, q.device)
     if path != "sdpa" and torch.is_autocast_enabled(q.device.type):
         # Autocast leaves q and k in float32 where a norm ran in it; SDPA casts all three itself, the
         # kernels need one dtype.

@@ -54,8 +54,8 @@ class VideoDiTConfig:
     # patch; this path can move it where it is: with positions and the action side by side, "which way to
     # the commanded point" is a linear function of a pixel's features.
     output_conv_conditioned: bool = False
-    # auto | sdpa | flex | triton (world_model/attention.py): auto runs FlexAttention for training and our
-    # Triton kernel for rollouts on CUDA, the dense-mask SDPA reference elsewhere.
+    # auto | sdpa | flex | triton (world_model/attention.py): auto runs our Triton kernel on CUDA (training and
+    # rollouts), the dense-mask SDPA reference elsewhere.
     attention_backend: str = "auto"
 
     def validate(self) -> None:
