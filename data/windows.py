@@ -9,7 +9,7 @@ values; tests/test_data_windows.py checks that.
 from __future__ import annotations
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from worldloop.data.dataset import DatasetError, EpisodeDataset
 from worldloop.data.features import ACTION, DONE, ENVIRONMENT_STATE, REWARD, STATE, SUCCESS, TASK, image_key
@@ -130,6 +130,33 @@ class WorldModelWindows(Dataset):
             "task": item[TASK],
             "frame_index": int(item["frame_index"]),
         }
+
+
+def object_motion(windows: WorldModelWindows) -> torch.Tensor:
+    """[len(windows)] float: how far the objects move inside each window, the largest range (max - min over
+    the window's frames) of any `observation.environment_state` value, in that feature's own units. A
+    DatasetError naming the dataset when it records no environment state."""
+    table = windows.dataset.frame_table()
+    if table.environment_state is None:
+        raise DatasetError(
+            f"dataset {windows.dataset.root} records no {ENVIRONMENT_STATE}: the objects' motion is unknown "
+            "(sim recordings write it with record_demos.py --environment_state=true)"
+        )
+    rows = torch.tensor([start for _, start in windows.starts])
+    spans = table.environment_state[rows[:, None] + torch.arange(windows.length)]  # [W, T, E]
+    return (spans.amax(dim=1) - spans.amin(dim=1)).amax(dim=1)
+
+
+def repeat_moving_windows(windows: WorldModelWindows, repeat: int, min_motion: float) -> Dataset:
+    """`windows` with every window whose objects move by more than `min_motion` (`object_motion`) listed
+    `repeat` times: an epoch then holds `repeat` times as many of the windows where something is pushed.
+    Where objects move in a minority of frames, the loss of drawing them moving is a small share of the
+    whole; repeating those windows raises it without weighting pixels (which lost the still objects)."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    moving = object_motion(windows) > min_motion
+    index = torch.arange(len(windows))
+    return Subset(windows, torch.cat([index, index[moving].repeat(repeat - 1)]).tolist())
 
 
 class PolicySamples(Dataset):

@@ -1,5 +1,6 @@
 """The auxiliary object-state loss (`model.object_state_weight`): the data that carries the objects' state,
-the head's targets and normalisation, its gradient into the backbone, and that rollouts never read it."""
+the head's targets and normalisation, its gradient into the backbone, and that rollouts never read it; and
+the training windows where objects move, listed more often (`object_motion_repeat`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from worldloop.common.config import ConfigError, parse_cli
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset
 from worldloop.data.features import ENVIRONMENT_STATE
 from worldloop.data.stats import ENVIRONMENT_MOTION, compute_stats
-from worldloop.data.windows import WorldModelWindows
+from worldloop.data.windows import WorldModelWindows, object_motion, repeat_moving_windows
 from worldloop.world_model.model import WorldModel, WorldModelConfig, identity_stats
 from worldloop.world_model.trainer import TrainWorldModelConfig, train
 
@@ -139,3 +140,48 @@ def test_trainer_fits_the_object_state_where_recorded_and_names_the_dataset_wher
     plain = tiny_lerobot_dataset(tmp_path, episodes=2, length=8, image_size=(SIZE, SIZE))
     with pytest.raises(ConfigError, match=f"{plain}.* records none"):
         train(parse_cli(TrainWorldModelConfig, [*tiny_train_args(plain, tmp_path / "x"), args[-2]]))
+
+
+def _windows_with_a_planted_push(push_root) -> tuple[WorldModelWindows, torch.Tensor]:
+    """Windows of the tiny push episodes (too short for the pusher to reach a cube), with one cube moved
+    5 cm from frame 2 of the first episode on; and which windows hold that step."""
+    windows = WorldModelWindows(
+        EpisodeDataset(DatasetConfig(root=str(push_root), cameras=["front"])), horizon=2
+    )
+    first = windows.dataset.episodes[0]
+    windows.dataset.frame_table().environment_state[first.start + 2 : first.end, 0] += 0.05
+    step = first.start + 2  # frames step - 1 and step differ
+    holds_step = torch.tensor(
+        [ep == first.index and start < step < start + 3 for ep, start in windows.starts]
+    )
+    return windows, holds_step
+
+
+def test_object_motion_is_the_largest_range_of_any_object_value_within_each_window(push_root):
+    windows, holds_step = _windows_with_a_planted_push(push_root)
+    expected = [(w["environment_state"].amax(0) - w["environment_state"].amin(0)).max() for w in windows]
+    motion = object_motion(windows)
+    torch.testing.assert_close(motion, torch.stack(expected))
+    assert 0 < int(holds_step.sum()) < len(windows)
+    assert (motion[holds_step] > 0.04).all() and (motion[~holds_step] < 0.01).all()
+
+
+def test_moving_windows_are_listed_repeat_times_and_still_ones_once(push_root):
+    windows, holds_step = _windows_with_a_planted_push(push_root)
+    repeated = repeat_moving_windows(windows, repeat=3, min_motion=0.01)
+    assert len(repeated) == len(windows) + 2 * int(holds_step.sum())
+    counts = torch.bincount(torch.tensor(repeated.indices), minlength=len(windows))
+    assert torch.equal(counts, torch.where(holds_step, 3, 1))
+    assert repeated[len(windows)]["frame_index"] == windows[int(holds_step.nonzero()[0])]["frame_index"]
+    assert len(repeat_moving_windows(windows, repeat=1, min_motion=0.01)) == len(windows)
+    with pytest.raises(ValueError, match="repeat must be >= 1"):
+        repeat_moving_windows(windows, repeat=0, min_motion=0.01)
+
+
+def test_trainer_repeats_moving_windows_only_where_the_dataset_records_objects(
+    tmp_path, tiny_lerobot_dataset
+):
+    plain = tiny_lerobot_dataset(tmp_path, episodes=2, length=8, image_size=(SIZE, SIZE))
+    args = [*tiny_train_args(plain, tmp_path / "x"), "--object_motion_repeat=3"]
+    with pytest.raises(ConfigError, match=f"object_motion_repeat=3: dataset {plain} records no"):
+        train(parse_cli(TrainWorldModelConfig, args))

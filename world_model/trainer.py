@@ -25,7 +25,7 @@ from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from worldloop.data.embodiment import AUTO, DEFAULT_MARGIN, embodiment_for_dataset
 from worldloop.data.features import ENVIRONMENT_STATE
 from worldloop.data.stats import dataset_stats, environment_state_stats, load_stats
-from worldloop.data.windows import WorldModelWindows
+from worldloop.data.windows import WorldModelWindows, repeat_moving_windows
 from worldloop.world_model.checkpoint_inputs import dataset_config_for
 from worldloop.world_model.imagined_windows import ImaginedWindows
 from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, summarize
@@ -87,6 +87,11 @@ class TrainWorldModelConfig:
     # both: a dataset recorded for calibration, e.g. sim episodes of policies that imagination will not be
     # asked to rank (record_demos.py --policies=[...]).
     calibrate_only: bool = False
+    # List each training window where the objects move (observation.environment_state changes by more than
+    # object_motion_min, in its own units, within the window) this many times per epoch; 1 lists each once.
+    # Needs a dataset that records the objects' state (push does, in metres).
+    object_motion_repeat: int = 1
+    object_motion_min: float = 0.01
 
 
 def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
@@ -225,6 +230,11 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
     if cfg.freeze_heads:
         model.heads.requires_grad_(False)
     windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
+    if cfg.object_motion_repeat != 1:
+        try:
+            windows = repeat_moving_windows(windows, cfg.object_motion_repeat, cfg.object_motion_min)
+        except (DatasetError, ValueError) as e:
+            raise ConfigError(f"object_motion_repeat={cfg.object_motion_repeat}: {e}") from e
     # Heads that do not read the judged frame (heads.use_frame=False) gain nothing from drawn ones.
     if cfg.heads_only and cfg.heads_on_rollouts and model.cfg.heads.use_frame:
         windows = ConcatDataset(
