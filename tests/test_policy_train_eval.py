@@ -9,8 +9,10 @@ import torch
 
 from worldloop import evaluate_policy, train_policy
 from worldloop.common.checkpoint import load_json
-from worldloop.common.config import ConfigError
+from worldloop.common.config import ConfigError, parse_cli
 from worldloop.data.features import ACTION
+from worldloop.vla.bc_training import TrainPolicyConfig
+from worldloop.vla.bc_training import train_policy as train_bc
 from worldloop.vla.factory import load_policy
 from worldloop.vla.sim_evaluation import SimEvalConfig, evaluate_in_sim
 
@@ -46,6 +48,25 @@ def test_train_policy_writes_a_loadable_policy_and_resumes(shared_tiny_dataset_r
     assert abs(policy.stats[ACTION]["mean"][0] - policy.stats["observation.state"]["mean"][0] - 0.5) < 1e-6
     train_policy.main([*args, "--train.steps=6", "--resume=true"])
     assert (out / "checkpoints" / "0000006").is_dir()
+
+
+def test_train_seed_sets_the_policys_initial_weights(shared_tiny_dataset_root, tmp_path):
+    def trained(seed: int, name: str) -> dict[str, torch.Tensor]:
+        args = [
+            f"--dataset.root={shared_tiny_dataset_root}",
+            *TINY_POLICY,
+            "--train.steps=1",
+            "--train.batch_size=4",
+            "--train.report_to=none",
+            f"--train.seed={seed}",
+            f"--output_dir={tmp_path / name}",
+        ]
+        torch.manual_seed(len(name))  # what ran before in the process must not matter
+        return train_bc(parse_cli(TrainPolicyConfig, args)).state_dict()
+
+    a, again, other = trained(0, "a"), trained(0, "again"), trained(1, "other")
+    assert all(torch.equal(a[k], again[k]) for k in a)
+    assert any(not torch.equal(a[k], other[k]) for k in a if a[k].is_floating_point())
 
 
 def test_train_policy_rejects_mismatched_cameras(shared_tiny_dataset_root, tmp_path):

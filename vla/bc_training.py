@@ -11,6 +11,7 @@ from pathlib import Path
 
 from worldloop.common.checkpoint import save_json
 from worldloop.common.config import ConfigError, save_config
+from worldloop.common.rng import torch_seeded
 from worldloop.common.training import TrainLoopConfig, run_training
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset
 from worldloop.data.features import SUCCESS
@@ -99,7 +100,10 @@ def train_policy(cfg: TrainPolicyConfig):
             )
         train_episodes = train_episodes[: cfg.max_episodes]
     stats = dataset_stats(dataset, train_episodes)
-    policy = make_policy(cfg.policy.type, policy_cfg, stats)
+    # The initial weights follow the run's seed (`train.seed` also sets the data order and the noise), so
+    # that runs on different seeds are independent draws and a rerun on the same seed starts the same.
+    with torch_seeded(cfg.train.seed):
+        policy = make_policy(cfg.policy.type, policy_cfg, stats)
     samples = PolicySamples(dataset, train_episodes, chunk_size=policy.training_chunk_size)
 
     output_dir = Path(cfg.output_dir)
