@@ -65,8 +65,9 @@ class SeedComparisonConfig:
             )
 
 
-def read_figures(path: str | Path) -> tuple[dict[str, float], int]:
-    """One fidelity result -> ({figure: value}, the number of held-out windows it was scored on)."""
+def read_figures(path: str | Path) -> tuple[dict[str, float], tuple[int, str]]:
+    """One fidelity result -> ({figure: value}, what it was scored on: the number of held-out windows and
+    the dataset its command names, "" where it names none)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -81,7 +82,9 @@ def read_figures(path: str | Path) -> tuple[dict[str, float], int]:
                 f"{path}: figures.{section}.{key} is missing; expected a world_model_fidelity.py result"
             )
         out[name] = float(value[index] if index is not None else value)
-    return out, int(figures.get("windows", 0))
+    command = json.loads(path.read_text()).get("command") or ""
+    roots = [a.split("=", 1)[1] for a in shlex.split(command) if a.startswith("--dataset.root=")]
+    return out, (int(figures.get("windows", 0)), roots[-1] if roots else "")
 
 
 def compare(
@@ -113,13 +116,19 @@ def main() -> None:
     cfg = parse_cli(SeedComparisonConfig)
     cfg.validate()
     runs = {arm: [read_figures(p) for p in getattr(cfg, arm)] for arm in ("baseline", "candidate")}
-    windows = {w for arm in runs.values() for _, w in arm}
-    if len(windows) != 1:
+    scored_on = {s for arm in runs.values() for _, s in arm}
+    if len({windows for windows, _ in scored_on}) != 1:
         raise ValueError(
-            f"the results were scored on different numbers of held-out windows {sorted(windows)}"
+            f"the results were scored on different numbers of held-out windows {sorted(scored_on)}"
         )
+    if len({root for _, root in scored_on}) != 1:
+        files = {root or "(none named)": [] for _, root in scored_on}
+        for path, (_, (_, root)) in zip(cfg.baseline + cfg.candidate, runs["baseline"] + runs["candidate"]):
+            files[root or "(none named)"].append(path)
+        raise ValueError(f"the results were scored on different datasets (--dataset.root): {files}")
+    windows = scored_on.pop()[0]
     result = compare([f for f, _ in runs["baseline"]], [f for f, _ in runs["candidate"]], cfg)
-    result |= {"baseline_files": cfg.baseline, "candidate_files": cfg.candidate, "windows": windows.pop()}
+    result |= {"baseline_files": cfg.baseline, "candidate_files": cfg.candidate, "windows": windows}
     rows = []
     for name, f in result["figures"].items():
         d = f["difference"]

@@ -11,14 +11,15 @@ import benchmarks._common
 from benchmarks.world_model_seeds import FIGURES, SeedComparisonConfig, compare, main, read_figures
 
 
-def fidelity_result(path, ssim30: float, idm: float, windows: int = 64):
-    """A fidelity-shaped JSON whose every figure is 1.0 but SSIM@30 and the IDM ratio."""
+def fidelity_result(path, ssim30: float, idm: float, windows: int = 64, root: str = "outputs/data/push_wm"):
+    """A fidelity-shaped JSON whose every figure is 1.0 but SSIM@30 and the IDM ratio, scored on `root`."""
     ssim = [1.0] * 30
     ssim[29] = ssim30
     issue = {key: 1.0 for section, key, _ in FIGURES.values() if section == "targets_issue24"}
     issue["idm_error_ratio_h30"] = idm
     figures = {"windows": windows, "curves": {"ssim": ssim, "psnr": [20.0] * 30}, "targets_issue24": issue}
-    path.write_text(json.dumps({"figures": figures}))
+    command = f"python benchmarks/world_model_fidelity.py --model_path=m '--dataset.root={root}' --eval.max_windows=64"
+    path.write_text(json.dumps({"command": command, "figures": figures}))
     return str(path)
 
 
@@ -61,6 +62,11 @@ def test_bad_inputs_name_the_file_or_field(tmp_path, monkeypatch):
     monkeypatch.setattr(benchmarks._common, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(sys, "argv", ["world_model_seeds.py", f"--baseline=[{a}]", f"--candidate=[{b}]"])
     with pytest.raises(ValueError, match="different numbers of held-out windows"):
+        main()
+    # Nor are results scored on different datasets; the error names which file used which.
+    c = fidelity_result(tmp_path / "c.json", 0.8, 8.0, root="outputs/data/reach_wm")
+    monkeypatch.setattr(sys, "argv", ["world_model_seeds.py", f"--baseline=[{a}]", f"--candidate=[{c}]"])
+    with pytest.raises(ValueError, match=r"different datasets .*reach_wm': \['[^]]*c.json'\]"):
         main()
 
 
