@@ -194,7 +194,7 @@ def test_two_process_cpu_ddp_smoke(tmp_path, tiny_lerobot_dataset):
     assert "world_size" in (out / "checkpoints" / "0000002" / "training_state" / "state.json").read_text()
 
 
-def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_lerobot_dataset):
+def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_lerobot_dataset, capsys):
     root = tiny_lerobot_dataset(tmp_path, episodes=3, length=8, image_size=(SIZE, SIZE))
     args = tiny_train_args(root, tmp_path / "heads", steps=3)
     with pytest.raises(ValueError, match="init_from"):
@@ -213,6 +213,7 @@ def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_l
     assert any(not torch.equal(base[k], after[k]) for k in base if k.startswith("heads."))
     assert any(k.startswith("heads.state_embed") for k in after)
     assert trained.cfg.sampler.still_threshold == 0.2
+    assert "the rollouts use" in capsys.readouterr().out  # the run's own sampler (threshold 0) was set aside
     assert not (tmp_path / "heads" / "eval" / "still_calibration.json").exists()
     # Heads that judge from the episode's first frame and the joint state alone: fitted through the same
     # windows, then calibrated by replays that pass the reset frame (the trainer's last stage).

@@ -193,7 +193,12 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
     if cfg.heads_only:
         # The frames stay as the frozen model draws them: its sampler (still-pixel threshold included) draws
         # the rollouts the heads fit on and is kept; there is nothing new to pick.
-        cfg.model.sampler = load_config(WorldModelConfig, Path(cfg.init_from) / "config.yaml").sampler
+        kept = load_config(WorldModelConfig, Path(cfg.init_from) / "config.yaml").sampler
+        if kept != cfg.model.sampler:
+            print(
+                f"heads_only: the rollouts use {cfg.init_from}'s sampler {kept} (model.sampler is not applied)"
+            )
+        cfg.model.sampler = kept
         cfg = replace(cfg, still_windows=0)
     dataset = open_dataset(cfg)
     stored = Path(cfg.init_from, EMBODIMENT_FILE) if cfg.init_from else None
