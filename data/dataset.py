@@ -204,8 +204,13 @@ class EpisodeDataset:
         if cfg.require_rewards and missing_rewards:
             raise DatasetError(f"dataset {self.root}: required features {missing_rewards} are missing")
         self.reward_keys = [k for k in (REWARD, SUCCESS, DONE) if k in features]
-        # [observation.environment_state] where the dataset records the objects' state, else []
+        # [observation.environment_state] where the dataset records the objects' state, else []; its size (0: none)
         self.object_keys = [ENVIRONMENT_STATE] if ENVIRONMENT_STATE in features else []
+        self.environment_state_dim = (
+            _vector_dim(self.root, ENVIRONMENT_STATE, features[ENVIRONMENT_STATE], 0)
+            if self.object_keys
+            else 0
+        )
 
     def _served_size(self, sizes: dict[str, tuple[int, int]]) -> tuple[int, int]:
         cfg = self.cfg

@@ -105,13 +105,12 @@ def open_dataset(cfg: TrainWorldModelConfig) -> EpisodeDataset:
 def object_state_size(dataset: EpisodeDataset) -> int:
     """The size of the dataset's `observation.environment_state` (what model.object_state_weight regresses);
     a ConfigError naming the dataset when it records none."""
-    feature = dataset.meta.features.get(ENVIRONMENT_STATE)
-    if feature is None:
+    if not dataset.environment_state_dim:
         raise ConfigError(
             f"model.object_state_weight > 0 needs {ENVIRONMENT_STATE} in the dataset, but {dataset.root} "
             "records none (sim recordings write it with record_demos.py --environment_state=true)"
         )
-    return int(torch.Size(feature["shape"]).numel())
+    return dataset.environment_state_dim
 
 
 def training_embodiment(cfg: TrainWorldModelConfig, stored: EmbodimentSpec | None) -> EmbodimentSpec:
