@@ -73,7 +73,8 @@ def read_figures(path: str | Path) -> tuple[dict[str, float], tuple[int, str]]:
         raise FileNotFoundError(
             f"{path}: no such fidelity result (benchmarks/world_model_fidelity.py writes them)"
         )
-    figures = json.loads(path.read_text()).get("figures", {})
+    result = json.loads(path.read_text())
+    figures = result.get("figures", {})
     out = {}
     for name, (section, key, index) in FIGURES.items():
         value = figures.get(section, {}).get(key)
@@ -82,7 +83,7 @@ def read_figures(path: str | Path) -> tuple[dict[str, float], tuple[int, str]]:
                 f"{path}: figures.{section}.{key} is missing; expected a world_model_fidelity.py result"
             )
         out[name] = float(value[index] if index is not None else value)
-    command = json.loads(path.read_text()).get("command") or ""
+    command = result.get("command") or ""
     roots = [a.split("=", 1)[1] for a in shlex.split(command) if a.startswith("--dataset.root=")]
     return out, (int(figures.get("windows", 0)), roots[-1] if roots else "")
 
