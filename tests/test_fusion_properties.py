@@ -61,7 +61,10 @@ def test_rail_is_c2_continuous_at_every_switch_and_blend_end(stream):
         _assert_state_equal(before, fuser.state(arrival), f"the switch at t={arrival:.2f}s")
         end = arrival + fuser._blend
         eps = 1e-10  # one-sided limits: the state may only change by (derivative x 2 eps)
-        _assert_state_equal(fuser.state(end - eps), fuser.state(end + eps), "the end of the blend", 1e-8)
+        # A blend that ends where the chunk's plan ends meets the hold that follows a plan (a stall: the arm
+        # stops there whatever the blend does), so only blends that end inside the plan are compared.
+        if end < fuser.plan_end() - 2 * eps:
+            _assert_state_equal(fuser.state(end - eps), fuser.state(end + eps), "the end of the blend", 1e-8)
 
 
 @SETTINGS
