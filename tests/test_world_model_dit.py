@@ -184,11 +184,19 @@ def test_rollout_shapes_and_ranges():
 
 
 @pytest.mark.parametrize(
-    "method, action_delta, conditioned",
-    [("euler", False, False), ("heun", False, False), ("euler", True, False), ("euler", False, True)],
+    "method, action_delta, conditioned, previous",
+    [
+        ("euler", False, False, 1),
+        ("heun", False, False, 1),
+        ("euler", True, False, 1),
+        ("euler", False, True, 1),
+        ("euler", False, True, 2),
+    ],
 )
-def test_kv_cache_rollout_equals_recompute(method, action_delta, conditioned):
-    model = tiny_model(action_delta=action_delta, output_conv_conditioned=conditioned)
+def test_kv_cache_rollout_equals_recompute(method, action_delta, conditioned, previous):
+    model = tiny_model(
+        action_delta=action_delta, output_conv_conditioned=conditioned, previous_frames=previous
+    )
     model.cfg.sampler.method = method
     inputs = rollout_inputs(h=6)
     state = torch.randn(2, 6, 4)

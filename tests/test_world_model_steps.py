@@ -112,12 +112,16 @@ def test_rollout_is_its_steps_chained_frame_by_frame(use_cache, method, guidance
     assert torch.equal(success, torch.stack([s for _, s in judged], 1))
 
 
-@pytest.mark.parametrize("parameterisation", ["x0", "edm"])
-def test_training_steps_see_a_target_as_the_rollout_steps_see_the_next_frame(parameterisation):
+@pytest.mark.parametrize("parameterisation, previous", [("x0", 1), ("edm", 1), ("x0", 3)])
+def test_training_steps_see_a_target_as_the_rollout_steps_see_the_next_frame(parameterisation, previous):
     """Without context noise, the training pass's x0 for target frame i (compute_conditioners,
     compute_model_output, wrap_model_output) equals the rollout's x0 for the frame after context 0..i-1
     (encode_context, next_frame_x0) at the same noisy frame and noise level."""
-    dit = {"action_delta": True, "residual_to_previous_frame": parameterisation == "x0"}
+    dit = {
+        "action_delta": True,
+        "residual_to_previous_frame": parameterisation == "x0",
+        "previous_frames": previous,
+    }
     model = tiny_model(
         dit, parameterisation=parameterisation, context_noise_max=0.0, context_noise_rollout=0.0
     ).eval()
@@ -140,3 +144,38 @@ def test_training_steps_see_a_target_as_the_rollout_steps_see_the_next_frame(par
             valid = torch.ones(1, 1, dtype=torch.bool)
             rolled = model.next_frame_x0(noised.noisy[:, i - 1 : i], t, context, features, valid)
             torch.testing.assert_close(rolled, trained[:, i - 1 : i], rtol=1e-4, atol=1e-4)
+
+
+def test_previous_frames_stack_the_earlier_frames_newest_first():
+    """Position i reads frames i-1, i-2 (k=2) on channels; before the first frame, the first repeats; the
+    position after the window reads its last two frames."""
+    model = tiny_model({"previous_frames": 2})
+    clean = torch.arange(4.0).view(1, 4, 1, 1, 1, 1).expand(1, 4, 1, 3, 2, 2)
+    prev = model.previous_frames(clean)
+    assert prev.shape == (1, 5, 1, 6, 2, 2)
+    newest, older = prev[0, :, 0, 0, 0, 0], prev[0, :, 0, 3, 0, 0]
+    assert newest.tolist() == [0, 0, 1, 2, 3]
+    assert older.tolist() == [0, 0, 0, 1, 2]
+
+
+def test_previous_frames_reach_the_pixels_only_when_configured():
+    """With previous_frames=2 the output for a frame changes with the frame two back in its `prev` input;
+    with 1 that input has no second frame to read (its shape is the frame's)."""
+    for k in (1, 2):
+        model = tiny_model({"previous_frames": k}).eval()
+        x = torch.rand(1, 1, 1, 3, SIZE, SIZE)
+        prev = torch.rand(1, 1, 1, 3 * k, SIZE, SIZE)
+        args = (
+            torch.randn(1, 1, 4),
+            torch.ones(1, 1, dtype=torch.bool),
+            torch.full((1, 1), 0.5),
+            torch.arange(1),
+        )
+        out, _ = model.dit(x, prev, *args)
+        if k == 2:
+            changed = prev.clone()
+            changed[:, :, :, 3:] = torch.rand(1, 1, 1, 3, SIZE, SIZE)
+            assert not torch.allclose(model.dit(x, changed, *args)[0], out)
+        else:
+            with pytest.raises(RuntimeError):
+                model.dit(x, torch.rand(1, 1, 1, 6, SIZE, SIZE), *args)

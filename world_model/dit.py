@@ -42,6 +42,11 @@ class VideoDiTConfig:
     action_delta: bool = False
     context_frames: int = 4  # earlier frames each frame attends to (block-causal sliding window)
     condition_on_previous_frame: bool = True
+    # How many earlier clean frames each frame's pixel paths (the patch input and the output convolution) read,
+    # newest first. 2 puts the last step's motion at full resolution beside the frame: one step ahead from the
+    # real past, push models with 1 drew the cube's 0.3-1.7 px moves at slope 0.00-0.04 of the truth
+    # (docs/experiments.md, 2026-11-26), as if nothing moved it.
+    previous_frames: int = 1
     # Output = previous frame + a learned change (x0 parameterisation only): static pixels are copied
     # exactly instead of squeezed through a patch token, so the network spends itself on what moves.
     residual_to_previous_frame: bool = True
@@ -72,6 +77,10 @@ class VideoDiTConfig:
             raise ValueError("dit.residual_to_previous_frame needs dit.condition_on_previous_frame")
         if self.context_frames < 1:
             raise ValueError(f"dit.context_frames={self.context_frames} must be >= 1")
+        if self.previous_frames < 1:
+            raise ValueError(f"dit.previous_frames={self.previous_frames} must be >= 1")
+        if self.previous_frames > 1 and not self.condition_on_previous_frame:
+            raise ValueError("dit.previous_frames > 1 needs dit.condition_on_previous_frame")
 
     @property
     def patches_per_view(self) -> int:
@@ -154,7 +163,7 @@ class VideoDiT(nn.Module):
         cfg.validate()
         self.cfg = cfg
         d, p = cfg.width, cfg.patch_size
-        in_ch = cfg.channels * (2 if cfg.condition_on_previous_frame else 1)
+        in_ch = cfg.channels * (1 + cfg.previous_frames if cfg.condition_on_previous_frame else 1)
         self.patch = nn.Linear(in_ch * p * p, d)
         self.pos = nn.Parameter(torch.randn(cfg.patches_per_view, d) * 0.02)
         self.view = nn.Parameter(torch.zeros(cfg.num_views, d))
@@ -208,7 +217,8 @@ class VideoDiT(nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         """Denoise F frames.
 
-        x, prev: [B, F, V, C, H, W] (prev: each frame's previous clean frame, when configured); actions
+        x: [B, F, V, C, H, W]; prev: [B, F, V, C * previous_frames, H, W] each frame's earlier clean frames,
+        newest first (when configured); actions
         [B, F, A]; action_valid, t: [B, F]; time_index: [F] frame indices (for rotary time); kv_cache: per
         block the keys/values of earlier frames these frames attend to.
         Returns the output [B, F, V, C, H, W] and per block the keys/values of these frames (for appending
@@ -235,7 +245,7 @@ class VideoDiT(nn.Module):
         h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)
         out = self._unpatchify(self.final(h), b, nf)
         if cfg.residual_to_previous_frame:
-            out = out + prev
+            out = out + prev[:, :, :, :c]
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
             out = out + self.refine_output(both, cond).view_as(out)

@@ -51,7 +51,7 @@ class TeacherForcedConditioners:
     """What the DiT reads besides the frames in a teacher-forced pass over T context frames then T-1 targets
     (2T-1 positions)."""
 
-    prev: torch.Tensor  # [B, 2T-1, V, C, h, w] each position's previous (context) frame
+    prev: torch.Tensor  # [B, 2T-1, V, C * k, h, w] each position's k previous (context) frames, newest first
     actions: torch.Tensor  # [B, 2T-1, A'] features of the action that leads to each position's frame
     valid: torch.Tensor  # [B, 2T-1] bool: the action is known and kept
     ctx_t: torch.Tensor  # [B, T] the context frames' noise levels
@@ -64,6 +64,9 @@ class RolloutContext:
     """A rollout's context window before its next frame."""
 
     last: torch.Tensor  # [B, 1, V, C, h, w] the last frame (encoded, noised as context)
+    previous: (
+        torch.Tensor
+    )  # [B, 1, V, C * dit.previous_frames, h, w] what the next frame's `prev` input reads
     previous_action: torch.Tensor | None  # [B, 1, A] the normalised action that led to it (None: unknown)
     cache: KVCache | None  # keys/values of the last `dit.context_frames` frames (KV-cache path)
     history: dict | None  # every frame's DiT inputs so far (recompute path)
@@ -611,15 +614,25 @@ class WorldModel(nn.Module):
         lead_actions = self.lead_action_features(a)  # frame i <- action i-1
         has_action = torch.ones(b, t_len, dtype=torch.bool, device=dev)
         has_action[:, 0] = False
-        prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
+        prev = self.previous_frames(clean)  # [B, T+1, ...]: position i reads frames i-1, i-2, ...
         return TeacherForcedConditioners(
-            prev=torch.cat([prev_clean, clean[:, :-1]], 1),
+            prev=torch.cat([prev[:, :t_len], prev[:, 1:t_len]], 1),
             actions=torch.cat([lead_actions, lead_actions[:, 1:]], 1),
             valid=torch.cat([has_action, keep], 1),
             ctx_t=ctx_t,
             target_t=target_t,
             index=torch.cat([torch.arange(t_len, device=dev), torch.arange(1, t_len, device=dev)]),
         )
+
+    def previous_frames(self, clean: torch.Tensor) -> torch.Tensor:
+        """The DiT's `prev` input for every frame of clean [B, T, V, C, h, w] and for the frame after them:
+        [B, T+1, V, C * k, h, w] with k = dit.previous_frames, position i holding frames i-1, i-2, ... i-k
+        (newest first) stacked on channels; frames before the first repeat the first."""
+        k, t_len = self.cfg.dit.previous_frames, clean.shape[1]
+        index = (torch.arange(t_len + 1)[:, None] - torch.arange(1, k + 1)[None]).clamp(min=0)
+        picked = clean[:, index.to(clean.device)]  # [B, T+1, k, V, C, h, w]
+        b, n, _, v, c, h, w = picked.shape
+        return picked.transpose(2, 3).reshape(b, n, v, k * c, h, w)
 
     def compute_model_output(
         self, clean: torch.Tensor, noisy: torch.Tensor, cond: TeacherForcedConditioners
@@ -844,13 +857,13 @@ class WorldModel(nn.Module):
         valid = torch.ones(b, c, dtype=torch.bool, device=dev)
         valid[:, 0] = False
         clean = self.noise_as_context(x, generator)
-        prev = torch.cat([clean[:, :1], clean[:, :-1]], 1)
+        prev = self.previous_frames(clean)
         empty = (
             None
             if use_cache
             else {
                 "x": clean[:, :0],
-                "prev": clean[:, :0],
+                "prev": prev[:, :0],
                 "a": a_ctx[:, :0],
                 "valid": valid[:, :0],
                 "t": torch.zeros(b, 0, device=dev),
@@ -858,9 +871,9 @@ class WorldModel(nn.Module):
             }
         )
         cache, history = self._context_pass(
-            clean, prev, a_ctx, valid, torch.arange(c, device=dev), None, empty
+            clean, prev[:, :c], a_ctx, valid, torch.arange(c, device=dev), None, empty
         )
-        return RolloutContext(clean[:, -1:], previous, cache, history, c, x[:, -1:])
+        return RolloutContext(clean[:, -1:], prev[:, c:], previous, cache, history, c, x[:, -1:])
 
     def rollout_step(
         self,
@@ -912,7 +925,7 @@ class WorldModel(nn.Module):
         cfg = self.cfg
         tt = torch.full((x_t.shape[0], 1), t, device=x_t.device)
         inp = flow.input_scale(x_t, tt, cfg.parameterisation, cfg.sigma_data)
-        prev, index, history = context.last, context.index(), context.history
+        prev, index, history = context.previous, context.index(), context.history
         if history is None:
             out, _ = self.dit(inp, prev, a, valid, tt, index, kv_cache=context.cache)
         else:
@@ -946,9 +959,11 @@ class WorldModel(nn.Module):
         clean = self.noise_as_context(x0, generator)
         yes = torch.ones(x0.shape[0], 1, dtype=torch.bool, device=x0.device)
         cache, history = self._context_pass(
-            clean, context.last, a, yes, context.index(), context.cache, context.history
+            clean, context.previous, a, yes, context.index(), context.cache, context.history
         )
-        return RolloutContext(clean, a_norm, cache, history, context.next_index + 1, x0)
+        # the next frame reads this one, then the newest k-1 of what this one read
+        previous = torch.cat([clean, context.previous[:, :, :, : -clean.shape[3]]], 3)
+        return RolloutContext(clean, previous, a_norm, cache, history, context.next_index + 1, x0)
 
     def judge_frame(
         self,

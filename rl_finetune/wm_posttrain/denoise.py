@@ -7,8 +7,8 @@ frames i-context..i-1 and itself, see world_model/attention.py), which is exactl
 rollout has when it generates frame i: the past carries the rollout's context noise, the previous frame
 is read beside the noisy one, and frame i is conditioned on action i-1.
 
-Only the public pieces of the world model are used (its DiT, normalisation and the flow path), so the
-model's own training code stays untouched.
+It goes through the model's own teacher-forced steps (`compute_conditioners`, `compute_model_output`,
+`wrap_model_output`), so the layout (which earlier frames each position reads) is defined in one place.
 """
 
 from __future__ import annotations
@@ -45,25 +45,10 @@ def predict_x0(model: WorldModel, x: torch.Tensor, actions: torch.Tensor, noised
     x: the clip [B, T, V, C, H, W] as the DiT denoises it (pixels in [-1, 1], or the codec's latents); actions [B, T, A] in dataset units (action t leads from
     frame t to t+1; the last one is unused).
     """
-    cfg = model.cfg
     b, length = x.shape[:2]
-    dev = x.device
-    a = model.normalize_action(actions)
-    ctx_t = torch.full((b, length), cfg.context_noise_rollout, device=dev)
+    ctx_t = torch.full((b, length), model.cfg.context_noise_rollout, device=x.device)
     clean = flow.add_noise(x, noised.context_noise, ctx_t)
-    prev_clean = torch.cat([clean[:, :1], clean[:, :-1]], 1)
     noisy = flow.add_noise(x[:, 1:], noised.noise, noised.t)
-    lead_actions = model.lead_action_features(a)  # frame i <- action i-1
-    has_action = torch.ones(b, length, dtype=torch.bool, device=dev)
-    has_action[:, 0] = False
-    par, sd = cfg.parameterisation, cfg.sigma_data
-    out, _ = model.dit(
-        torch.cat([flow.input_scale(clean, ctx_t, par, sd), flow.input_scale(noisy, noised.t, par, sd)], 1),
-        torch.cat([prev_clean, clean[:, :-1]], 1),
-        torch.cat([lead_actions, lead_actions[:, 1:]], 1),
-        torch.cat([has_action, has_action[:, 1:]], 1),
-        torch.cat([ctx_t, noised.t], 1),
-        torch.cat([torch.arange(length, device=dev), torch.arange(1, length, device=dev)]),
-        teacher_forced=True,
-    )
-    return flow.to_x0(out[:, length:], noisy, noised.t, par, sd)
+    every_action = torch.ones(b, length - 1, dtype=torch.bool, device=x.device)
+    cond = model.compute_conditioners(clean, ctx_t, noised.t, model.normalize_action(actions), every_action)
+    return model.wrap_model_output(model.compute_model_output(clean, noisy, cond)[0], noisy, noised.t)
