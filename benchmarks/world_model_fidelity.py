@@ -11,7 +11,9 @@ Measures, with the real actions unless said otherwise:
 - where the dataset records the cubes' positions (`observation.environment_state`, sim recordings): the
   instructed cube in the drawn frames, located by its colour (world_model/object_tracking.py), against
   the simulator's position projected into the camera: error in pixels per horizon step, and drawn vs true
-  displacement over the horizon on windows where the cube moves at least `min_move_px`;
+  displacement over the horizon on windows where the cube moves at least `min_move_px`, the error of a cube
+  left where it started beside it, and (`one_step`) each frame drawn one step from the real past: the drawn
+  move's slope on the true one where the cube moves at least `min_step_px` (does the model move it at all);
 - post-training signal: `group_size` rollouts per start state with different noise, the spread (std) of
   their clip-fidelity rewards (rl_finetune/wm_posttrain/rollout_stability.py), averaged over start states;
 - sampler steps 1, 2, 4, 8, 16, 50: SSIM at horizon 10 and imagined frames/s at batch 1 and 16;
@@ -49,9 +51,15 @@ from worldloop.rl_finetune.wm_posttrain.rollout_stability import (  # noqa: E402
     clip_fidelity_reward,
 )
 from worldloop.world_model.checkpoint_inputs import dataset_config_for  # noqa: E402
-from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, ssim  # noqa: E402
+from worldloop.world_model.metrics import (  # noqa: E402
+    HeldOutWindows,
+    imagine,
+    imagine_next_frames,
+    rollout_fidelity,
+    ssim,
+)
 from worldloop.world_model.model import WorldModel  # noqa: E402
-from worldloop.world_model.object_tracking import object_fidelity  # noqa: E402
+from worldloop.world_model.object_tracking import object_fidelity, one_step_motion  # noqa: E402
 from worldloop.world_model.trainer import EvalConfig, held_out_windows  # noqa: E402
 from worldloop.world_model.visualize import horizon_strip  # noqa: E402
 
@@ -75,6 +83,10 @@ class FidelityBenchmarkConfig:
     sampler_method: str = ""  # "" -> the model's own (euler | heun | renoise)
     still_threshold: float = -1.0  # < 0 -> the model's own sampler.still_threshold
     min_move_px: float = 4.0  # windows whose cube moves this far over the horizon score displacement
+    # Also draw each horizon frame one step from the real past and score the cube's move on steps where it
+    # moves at least min_step_px (objects.one_step: does the model move it at all, drift aside)
+    one_step: bool = True
+    min_step_px: float = 0.7
     group_size: int = 4  # rollouts per start state for the clip-reward spread; 0 skips it
     group_windows: int = 16  # start states for the clip-reward spread
     seed: int = 0
@@ -275,6 +287,14 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
         figures["objects"] = object_fidelity(
             imagined[0][first_view], real[first_view], *truth, min_move=cfg.min_move_px
         )
+        if cfg.one_step:
+            t1 = time.perf_counter()
+            next_frames = imagine_next_frames(model, windows, ctx, steps=steps, seed=cfg.seed)
+            previous = windows.frames[:, ctx - 1 : -1].float()
+            figures["objects"]["one_step"] = one_step_motion(
+                next_frames[first_view], previous[first_view], *truth, min_step=cfg.min_step_px
+            )
+            figures["objects"]["one_step"]["seconds"] = time.perf_counter() - t1
     if cfg.group_size:
         figures["clip_reward_spread"] = clip_reward_spread(model, windows, ctx, steps, cfg)
     horizon = len(curves["psnr"])
@@ -380,6 +400,9 @@ def issue24_targets(curves: dict, figures: dict, horizon: int) -> dict:
         out["cube_found_rate_h30"] = objects["found_rate"][last]
         out["cube_displacement_r"] = objects["displacement_r"]
         out["cube_moving_windows"] = objects["moving_windows"]
+        out["cube_still_error_px_h30"] = objects["still_error"][last]  # a cube drawn where it started
+        if "one_step" in objects:
+            out["cube_one_step_slope"] = objects["one_step"]["slope"]
         # A cube the model does not draw has no error to average: a lost cube fails the position target.
         out["cube_error_at_most_2px_h10"] = out["cube_error_px_h10"] <= 2 and objects["found_rate"][h10] > 0.9
         out["cube_error_at_most_4px_h30"] = out["cube_error_px_h30"] <= 4 and out["cube_found_rate_h30"] > 0.9

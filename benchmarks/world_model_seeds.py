@@ -41,7 +41,11 @@ FIGURES: dict[str, tuple[str, str, int | None]] = {
     "cube_error@30": ("targets_issue24", "cube_error_px_h30", None),
     "cube_r": ("targets_issue24", "cube_displacement_r", None),
     "group_std": ("targets_issue24", "clip_reward_group_std", None),
+    # measured since 2026-11-26: older results lack them, and a comparison leaves out what a file lacks
+    "cube_still_error@30": ("targets_issue24", "cube_still_error_px_h30", None),
+    "cube_step_slope": ("targets_issue24", "cube_one_step_slope", None),
 }
+OPTIONAL = {"cube_still_error@30", "cube_step_slope"}
 
 
 @dataclass
@@ -78,6 +82,8 @@ def read_figures(path: str | Path) -> tuple[dict[str, float], tuple[int, str]]:
     out = {}
     for name, (section, key, index) in FIGURES.items():
         value = figures.get(section, {}).get(key)
+        if value is None and name in OPTIONAL:
+            continue
         if value is None:
             raise ValueError(
                 f"{path}: figures.{section}.{key} is missing; expected a world_model_fidelity.py result"
@@ -93,7 +99,14 @@ def compare(
 ) -> dict:
     """Per-arm means, paired differences and the keep decision (see the module docstring)."""
     result: dict = {"seeds": len(baseline), "figures": {}}
-    for name in FIGURES:
+    runs = baseline + candidate
+    missing = [n for n in cfg.keep_higher + cfg.keep_lower if not all(n in run for run in runs)]
+    if missing:
+        raise ValueError(
+            f"the keep rule's {missing} is not measured in every result (an older benchmark run)"
+        )
+    result["left_out"] = [n for n in FIGURES if not all(n in run for run in runs)]
+    for name in (n for n in FIGURES if n not in result["left_out"]):
         b = [run[name] for run in baseline]
         c = [run[name] for run in candidate]
         diff = [y - x for x, y in zip(b, c)]

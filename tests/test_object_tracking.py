@@ -9,7 +9,7 @@ import torch
 from worldloop.sim.scene import CUBE_COLORS, CUBE_HALF_SIZE
 from worldloop.sim.tabletop_sim import TabletopSim
 from worldloop.sim.tasks import TaskInstance, sample_layout
-from worldloop.world_model.object_tracking import ColourTracker
+from worldloop.world_model.object_tracking import ColourTracker, object_fidelity, one_step_motion
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +70,33 @@ def test_grey_and_other_colours_do_not_match():
     assert not bool(visible)
     with pytest.raises(ValueError, match="colour"):
         ColourTracker((0.0, 0.0, 0.0)).locate(frame)
+
+
+def _squares(xs: list[list[float]], size: int = 16) -> torch.Tensor:
+    """Frames [N, H, 3, size, size]: a grey table with a 3x3 red square whose left column starts at x."""
+    frames = torch.full((len(xs), len(xs[0]), 3, size, size), 0.5)
+    for i, row in enumerate(xs):
+        for k, x in enumerate(row):
+            frames[i, k, :, 6:9, int(x) : int(x) + 3] = torch.tensor([0.9, 0.1, 0.1]).view(3, 1, 1)
+    return frames
+
+
+def test_one_step_motion_scores_a_copy_at_zero_and_the_truth_at_one():
+    """Two windows whose square moves right by 1-2 px a step: frames drawn where the truth is score slope 1,
+    the previous frame copied (a model that moves nothing) scores 0; still steps are left out."""
+    red = (0.9, 0.1, 0.1)
+    lefts = [[3.0, 4.0, 6.0, 6.0, 8.0], [9.0, 10.0, 11.0, 11.0, 12.0]]  # frame 0 is the last context frame
+    frames = _squares(lefts)
+    truth = torch.tensor([[[x + 1.5, 7.5] for x in row[1:]] for row in lefts])
+    start = truth.new_tensor([[row[0] + 1.5, 7.5] for row in lefts])
+    previous, real = frames[:, :-1], frames[:, 1:]
+    exact = one_step_motion(real, previous, truth, start, [red, red])
+    assert exact["slope"] == pytest.approx(1.0) and exact["r"] == pytest.approx(1.0)
+    assert exact["steps"] == 6  # the 2 still steps are below min_step
+    copied = one_step_motion(previous, previous, truth, start, [red, red])
+    assert copied["slope"] == pytest.approx(0.0) and copied["steps"] == 6
+    lagging = object_fidelity(previous, real, truth, start, [red, red])  # drawn one step behind the truth
+    assert lagging["position_error"][-1] == pytest.approx((2.0 + 1.0) / 2)
+    assert lagging["still_error"][-1] == pytest.approx((5.0 + 3.0) / 2)  # left where it started
+    with pytest.raises(ValueError, match="one_step_motion"):
+        one_step_motion(real[:1], previous, truth, start, [red, red])

@@ -86,3 +86,16 @@ def test_main_writes_the_comparison(tmp_path, monkeypatch):
 def test_a_result_name_is_a_file_name_not_a_path():
     with pytest.raises(ValueError, match="plain file name"):
         benchmarks._common.write_result("../elsewhere", {})
+
+
+def test_figures_older_results_lack_are_left_out_unless_the_rule_needs_them(tmp_path):
+    paths = [fidelity_result(tmp_path / f"r{i}.json", 0.8 + i / 100, 5.0) for i in range(4)]
+    old = json.loads(open(paths[0]).read())
+    del old["figures"]["targets_issue24"]["cube_one_step_slope"]
+    open(paths[0], "w").write(json.dumps(old))
+    runs = [read_figures(p)[0] for p in paths]
+    assert "cube_step_slope" not in runs[0] and "cube_step_slope" in runs[1]
+    out = compare(runs[:2], runs[2:], SeedComparisonConfig())
+    assert out["left_out"] == ["cube_step_slope"] and "cube_step_slope" not in out["figures"]
+    with pytest.raises(ValueError, match="cube_step_slope"):
+        compare(runs[:2], runs[2:], SeedComparisonConfig(keep_higher=["cube_step_slope"]))

@@ -133,6 +133,39 @@ def imagine(
     return torch.cat(frames), torch.cat(rewards), torch.cat(success)
 
 
+def imagine_next_frames(
+    model,
+    windows: HeldOutWindows,
+    context: int,
+    steps: int | None = None,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Each horizon frame drawn one step ahead from the real frames before it: frame context + k from real
+    frames k..k+context-1 and the action between (teacher forcing at test time, so a model is judged on
+    its dynamics, not on its drift). Returns frames [N, H, ...] in [0, 1]."""
+    n, total = windows.frames.shape[:2]
+    if total - context < 1:
+        raise ValueError(f"windows have {total} frames: no room for a horizon after {context} context frames")
+    gen = torch.Generator().manual_seed(seed)
+    frames = []
+    for i in range(0, n, batch_size):
+        sl = slice(i, i + batch_size)
+        per_step = [
+            model.rollout(
+                windows.frames[sl, k : k + context],
+                windows.actions[sl, k : k + context - 1],
+                windows.actions[sl, k + context - 1 : k + context],
+                steps=steps,
+                generator=gen,
+                judge=False,
+            )[0]
+            for k in range(total - context)
+        ]
+        frames.append(torch.cat(per_step, 1))
+    return torch.cat(frames)
+
+
 def rollout_fidelity(
     model,
     windows: HeldOutWindows,

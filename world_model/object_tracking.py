@@ -72,6 +72,65 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a * b).sum() / denom) if denom > 0 else float("nan")
 
 
+def locate_each(frames: torch.Tensor, colours: list[tuple[float, float, float]]) -> torch.Tensor:
+    """Frames [N, H, 3, h, w] in [0, 1] of N windows, window i's object of colour colours[i] -> its
+    positions [N, H, 2] (NaN where not visible)."""
+    xy = torch.full((*frames.shape[:2], 2), float("nan"))
+    for colour in sorted(set(map(tuple, colours))):
+        rows = torch.tensor([tuple(c) == colour for c in colours])
+        xy[rows] = ColourTracker(colour).locate(frames[rows])[0].cpu()
+    return xy
+
+
+def _check_windows(name, drawn, real, truth, start, colours) -> None:
+    n, horizon = drawn.shape[:2]
+    if real.shape != drawn.shape or tuple(truth.shape) != (n, horizon, 2) or tuple(start.shape) != (n, 2):
+        raise ValueError(
+            f"{name}: drawn {list(drawn.shape)}, real {list(real.shape)}, truth "
+            f"{list(truth.shape)}, start {list(start.shape)} do not describe the same N windows x H steps"
+        )
+    if len(colours) != n:
+        raise ValueError(f"{name}: {len(colours)} colours for {n} windows")
+
+
+def one_step_motion(
+    drawn: torch.Tensor,
+    previous: torch.Tensor,
+    truth: torch.Tensor,
+    start: torch.Tensor,
+    colours: list[tuple[float, float, float]],
+    min_step: float = 0.7,
+) -> dict:
+    """Whether a model moves an object one step ahead from the real past.
+
+    drawn [N, H, 3, h, w]: frame k of each window drawn from the real frames before it (not from drawn
+    ones); previous [N, H, 3, h, w]: the real frame before each; truth [N, H, 2] and start [N, 2] as in
+    `object_fidelity`. On steps where the object truly moves at least `min_step` px and shows in both
+    frames: `slope` of the drawn move (drawn position minus the tracked previous one) on the true move,
+    through the origin (1: moves it as far as the sim, 0: leaves it where it was), `r` (Pearson, x and y
+    pooled), `tracker_r` (the same r for the real frame: the tracker's own ceiling) and `steps`."""
+    _check_windows("one_step_motion", drawn, previous, truth, start, colours)
+    before = locate_each(previous, colours)
+    drawn_move = locate_each(drawn, colours) - before
+    true_move = truth - torch.cat([start[:, None], truth[:, :-1]], 1)
+    real_after = torch.cat([before[:, 1:], torch.full_like(before[:, :1], float("nan"))], 1) - before
+    pick = ~torch.isnan(drawn_move[..., 0]) & (true_move.norm(dim=-1) >= min_step)
+    real_pick = pick & ~torch.isnan(real_after[..., 0])
+    if pick.sum() < 3:
+        nan = float("nan")
+        return {"slope": nan, "r": nan, "tracker_r": nan, "steps": int(pick.sum()), "min_step_px": min_step}
+    d, t = drawn_move[pick], true_move[pick]
+    return {
+        "slope": float((d * t).sum() / t.pow(2).sum()),
+        "r": _pearson(d.flatten(), t.flatten()),
+        "tracker_r": _pearson(real_after[real_pick].flatten(), true_move[real_pick].flatten())
+        if real_pick.sum() >= 3
+        else float("nan"),
+        "steps": int(pick.sum()),
+        "min_step_px": min_step,
+    }
+
+
 def object_fidelity(
     drawn: torch.Tensor,
     real: torch.Tensor,
@@ -91,26 +150,17 @@ def object_fidelity(
     drawn frame shows the object at all) and `real_error` (the tracker on real frames, its own floor); and at
     the last step, on windows whose object truly moved at least `min_move` px from `start`:
     `displacement_r` (Pearson r of drawn vs true displacement, x and y pooled, where the drawn object is
-    found) and `moving_windows` (how many moved; `moving_found`: of those, drawn somewhere)."""
+    found) and `moving_windows` (how many moved; `moving_found`: of those, drawn somewhere). `still_error`:
+    the error, on the steps `position_error` averages, of an object left where it started (what a model
+    that draws no motion, or copy-last, would score)."""
+    _check_windows("object_fidelity", drawn, real, truth, start, colours)
     n, horizon = drawn.shape[:2]
-    if real.shape != drawn.shape or tuple(truth.shape) != (n, horizon, 2) or tuple(start.shape) != (n, 2):
-        raise ValueError(
-            f"object_fidelity: drawn {list(drawn.shape)}, real {list(real.shape)}, truth "
-            f"{list(truth.shape)}, start {list(start.shape)} do not describe the same N windows x H steps"
-        )
-    if len(colours) != n:
-        raise ValueError(f"object_fidelity: {len(colours)} colours for {n} windows")
-    drawn_xy = torch.full((n, horizon, 2), float("nan"))
-    real_xy = torch.full((n, horizon, 2), float("nan"))
-    for colour in sorted(set(map(tuple, colours))):
-        rows = torch.tensor([tuple(c) == colour for c in colours])
-        tracker = ColourTracker(colour)
-        drawn_xy[rows] = tracker.locate(drawn[rows])[0].cpu()
-        real_xy[rows] = tracker.locate(real[rows])[0].cpu()
+    drawn_xy, real_xy = locate_each(drawn, colours), locate_each(real, colours)
     seen = ~torch.isnan(real_xy[..., 0])  # [N, H]: the object shows in the real frame
     found = seen & ~torch.isnan(drawn_xy[..., 0])
     error = (drawn_xy - truth).norm(dim=-1)
     real_error = (real_xy - truth).norm(dim=-1)
+    still_error = (start[:, None] - truth).norm(dim=-1)
 
     def per_step(values: torch.Tensor, where: torch.Tensor) -> list[float]:
         return [
@@ -127,6 +177,7 @@ def object_fidelity(
         "position_error": per_step(error, found),
         "found_rate": [float(found[:, h].sum() / seen[:, h].sum().clamp_min(1)) for h in range(horizon)],
         "real_error": per_step(real_error, seen),
+        "still_error": per_step(still_error, found),
         "displacement_r": r,
         "moving_windows": int(moving.sum()),
         "moving_found": int(pair.sum()),
