@@ -179,3 +179,39 @@ def test_previous_frames_reach_the_pixels_only_when_configured():
         else:
             with pytest.raises(RuntimeError):
                 model.dit(x, torch.rand(1, 1, 1, 6, SIZE, SIZE), *args)
+
+
+def test_shared_noise_older_frames_differ_from_the_newest_by_the_motion_alone():
+    """previous_frames_share_noise: the older frame a position reads is noised with the newest one's noise
+    at its level, so older - newest == (1 - t) * (noise-free older - noise-free newest)."""
+    model = tiny_model({"previous_frames": 2}, previous_frames_share_noise=True, context_noise_rollout=0.0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(2, 4, 1, 3, SIZE, SIZE, generator=g) * 2 - 1
+    noise = torch.randn(x.shape, generator=g)
+    ctx_t = torch.rand(2, 4, generator=g) * 0.5
+    clean = x.lerp(noise, ctx_t[..., None, None, None, None])
+    prev = model.previous_frames(clean, x, ctx_t)
+    for i in range(2, 5):  # position i reads frames i-1 (newest) and i-2
+        t = ctx_t[:, i - 1].view(2, 1, 1, 1, 1)
+        torch.testing.assert_close(prev[:, i, :, :3], clean[:, i - 1])
+        torch.testing.assert_close(prev[:, i, :, 3:] - prev[:, i, :, :3], (1 - t) * (x[:, i - 2] - x[:, i - 1]))
+    own = model.previous_frames(clean)  # without the noise-free frames: each frame with its own noise
+    assert torch.equal(own[:, 3, :, 3:], clean[:, 1])
+    with pytest.raises(ValueError, match="previous_frames >= 2"):
+        tiny_model(previous_frames_share_noise=True, context_noise_rollout=0.0).cfg.validate()
+    with pytest.raises(ValueError, match="context_noise_rollout=0"):
+        tiny_model({"previous_frames": 2}, previous_frames_share_noise=True).cfg.validate()
+
+
+def test_self_forced_windows_keep_their_noise_free_frames():
+    model = tiny_model(
+        {"previous_frames": 2}, self_forcing=1.0, previous_frames_share_noise=True, context_noise_rollout=0.0
+    ).train()
+    frames, actions, _, _ = window()
+    _, x, a = model.encode_window(frames, actions)
+    noised = model.noise_window(x)
+    forced = model.self_force_context(noised, a)
+    assert torch.equal(forced.base[:, 0], x[:, 0]) and not torch.equal(forced.base[:, 1:], x[:, 1:])
+    # each replaced context frame is its noise-free estimate noised at the frame's level (so not equal to x)
+    loss, _ = model.compute_loss(frames, actions)
+    assert torch.isfinite(loss)

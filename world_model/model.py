@@ -44,6 +44,7 @@ class NoisedWindow:
     noisy: torch.Tensor  # [B, T-1, ...] frames 1..T-1 as targets, noised at target_t
     noise: torch.Tensor  # [B, T-1, ...] the targets' noise
     target_t: torch.Tensor  # [B, T-1] the targets' noise levels
+    base: torch.Tensor | None = None  # [B, T, ...] the noise-free frames behind `clean` (None: x)
 
 
 @dataclass
@@ -98,6 +99,12 @@ class WorldModelConfig:
     # trust its own slightly-wrong past frames; rollouts noise their context at `context_noise_rollout`.
     context_noise_max: float = 0.1
     context_noise_rollout: float = 0.02
+    # With dit.previous_frames > 1 in training, the older frames the pixel paths read carry the newest one's
+    # context noise (not their own): their difference is then the last step's motion, noise-free. With each
+    # frame's own noise, push models read the older frame to average noise away and drew the cube moving
+    # backwards one step ahead (slope -0.3, docs/experiments.md 2026-11-26). Rollouts need
+    # context_noise_rollout 0 (they read clean frames, where both coincide).
+    previous_frames_share_noise: bool = False
     # Share of training windows whose context frames 1..T-1 are replaced by the model's own estimates of them
     # (one no-grad teacher-forced pass, noise levels where a few-step sampler works). Teacher forcing alone
     # never shows the model its own errors, so in a rollout they pile up frame after frame; with its own
@@ -157,6 +164,15 @@ class WorldModelConfig:
         if self.parameterisation not in flow.PARAMETERISATIONS:
             raise ValueError(
                 f"parameterisation={self.parameterisation!r}; expected one of {flow.PARAMETERISATIONS}"
+            )
+        if self.previous_frames_share_noise and self.dit.previous_frames < 2:
+            raise ValueError(
+                "previous_frames_share_noise needs dit.previous_frames >= 2 (older frames to share it)"
+            )
+        if self.previous_frames_share_noise and self.context_noise_rollout > 0:
+            raise ValueError(
+                f"previous_frames_share_noise trains on older frames that share the newest one's noise; rollouts "
+                f"noise each frame on its own, so it needs context_noise_rollout=0, got {self.context_noise_rollout}"
             )
         if self.dit.residual_to_previous_frame and self.parameterisation != "x0":
             raise ValueError(
@@ -459,7 +475,8 @@ class WorldModel(nn.Module):
         keep = self.sample_action_keep(window.target_t)
         if cfg.self_forcing > 0:
             window = self.self_force_context(window, a)
-        cond = self.compute_conditioners(window.clean, window.ctx_t, window.target_t, a, keep)
+        base = window.x if window.base is None else window.base
+        cond = self.compute_conditioners(window.clean, window.ctx_t, window.target_t, a, keep, base=base)
         out, tokens = self.compute_model_output(window.clean, window.noisy, cond)
         weights = self.motion_weights(x)
         loss, x0_mse = self.diffusion_loss(out, window, weights)
@@ -530,14 +547,15 @@ class WorldModel(nn.Module):
             own_t = 0.5 + 0.5 * torch.rand(window.target_t.shape, device=x.device)
             own_noisy = flow.add_noise(x[:, 1:], torch.randn_like(x[:, 1:]), own_t)
             all_actions = torch.ones_like(window.target_t, dtype=torch.bool)
-            cond = self.compute_conditioners(clean, window.ctx_t, own_t, a, all_actions)
+            cond = self.compute_conditioners(clean, window.ctx_t, own_t, a, all_actions, base=x)
             own = self.clamp_pixels(
                 self.wrap_model_output(self.compute_model_output(clean, own_noisy, cond)[0], own_noisy, own_t)
             )
-            own = flow.add_noise(own, torch.randn_like(own), window.ctx_t[:, 1:])
+            own_noised = flow.add_noise(own, torch.randn_like(own), window.ctx_t[:, 1:])
             pick = (torch.rand(b, device=x.device) < cfg.self_forcing).view(b, *[1] * (x.dim() - 1))
-            clean = torch.cat([clean[:, :1], torch.where(pick, own, clean[:, 1:])], 1)
-        return replace(window, clean=clean)
+            clean = torch.cat([clean[:, :1], torch.where(pick, own_noised, clean[:, 1:])], 1)
+            base = torch.cat([x[:, :1], torch.where(pick, own, x[:, 1:])], 1)
+        return replace(window, clean=clean, base=base)
 
     def self_rollout(self, x: torch.Tensor, a: torch.Tensor) -> list[torch.Tensor]:
         """The model's own rollout of a window's last `self_rollout_frames` frames: from the real frames
@@ -604,17 +622,21 @@ class WorldModel(nn.Module):
         target_t: torch.Tensor,
         a: torch.Tensor,
         keep: torch.Tensor,
+        base: torch.Tensor | None = None,
     ) -> TeacherForcedConditioners:
         """What the DiT reads besides the frames in the teacher-forced layout (T context frames,
         then T-1 targets): context frames clean [B, T, ...] at levels ctx_t [B, T], targets at levels target_t
         [B, T-1], normalised actions a [B, T, A] (frame i is generated under action i - 1; frame 0 has none),
-        keep [B, T-1]: which targets see their action."""
+        keep [B, T-1]: which targets see their action; base [B, T, ...]: the noise-free frames behind clean
+        (read with `previous_frames_share_noise`)."""
         b, t_len = clean.shape[:2]
         dev = clean.device
         lead_actions = self.lead_action_features(a)  # frame i <- action i-1
         has_action = torch.ones(b, t_len, dtype=torch.bool, device=dev)
         has_action[:, 0] = False
-        prev = self.previous_frames(clean)  # [B, T+1, ...]: position i reads frames i-1, i-2, ...
+        prev = self.previous_frames(
+            clean, base, ctx_t
+        )  # [B, T+1, ...]: position i reads frames i-1, i-2, ...
         return TeacherForcedConditioners(
             prev=torch.cat([prev[:, :t_len], prev[:, 1:t_len]], 1),
             actions=torch.cat([lead_actions, lead_actions[:, 1:]], 1),
@@ -624,13 +646,24 @@ class WorldModel(nn.Module):
             index=torch.cat([torch.arange(t_len, device=dev), torch.arange(1, t_len, device=dev)]),
         )
 
-    def previous_frames(self, clean: torch.Tensor) -> torch.Tensor:
+    def previous_frames(
+        self, clean: torch.Tensor, base: torch.Tensor | None = None, ctx_t: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The DiT's `prev` input for every frame of clean [B, T, V, C, h, w] and for the frame after them:
         [B, T+1, V, C * k, h, w] with k = dit.previous_frames, position i holding frames i-1, i-2, ... i-k
-        (newest first) stacked on channels; frames before the first repeat the first."""
+        (newest first) stacked on channels; frames before the first repeat the first.
+        With `previous_frames_share_noise` and base (the noise-free frames behind clean, noised at levels
+        ctx_t [B, T]), the older frames carry the newest one's noise: each is the newest plus (1 - t) times the
+        noise-free change back to it, so their difference is the motion alone."""
         k, t_len = self.cfg.dit.previous_frames, clean.shape[1]
-        index = (torch.arange(t_len + 1)[:, None] - torch.arange(1, k + 1)[None]).clamp(min=0)
-        picked = clean[:, index.to(clean.device)]  # [B, T+1, k, V, C, h, w]
+        index = (
+            (torch.arange(t_len + 1)[:, None] - torch.arange(1, k + 1)[None]).clamp(min=0).to(clean.device)
+        )
+        picked = clean[:, index]  # [B, T+1, k, V, C, h, w]
+        if self.cfg.previous_frames_share_noise and base is not None:
+            older = base[:, index]
+            signal = (1 - ctx_t[:, index[:, 0]])[..., None, None, None, None, None]  # the newest frame's
+            picked = picked[:, :, :1] - signal * (older[:, :, :1] - older)
         b, n, _, v, c, h, w = picked.shape
         return picked.transpose(2, 3).reshape(b, n, v, k * c, h, w)
 

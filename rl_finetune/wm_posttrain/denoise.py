@@ -50,5 +50,6 @@ def predict_x0(model: WorldModel, x: torch.Tensor, actions: torch.Tensor, noised
     clean = flow.add_noise(x, noised.context_noise, ctx_t)
     noisy = flow.add_noise(x[:, 1:], noised.noise, noised.t)
     every_action = torch.ones(b, length - 1, dtype=torch.bool, device=x.device)
-    cond = model.compute_conditioners(clean, ctx_t, noised.t, model.normalize_action(actions), every_action)
+    a = model.normalize_action(actions)
+    cond = model.compute_conditioners(clean, ctx_t, noised.t, a, every_action, base=x)
     return model.wrap_model_output(model.compute_model_output(clean, noisy, cond)[0], noisy, noised.t)
