@@ -84,6 +84,11 @@ class HeldOutWindows:
         return self.frames.shape[0]
 
 
+def _check_horizon(total: int, context: int) -> None:
+    if total - context < 1:
+        raise ValueError(f"windows have {total} frames: no room for a horizon after {context} context frames")
+
+
 def imagine(
     model,
     windows: HeldOutWindows,
@@ -103,8 +108,7 @@ def imagine(
     `judge=False`, frames only, or when the heads read the joint state and the windows have none).
     """
     n, total = windows.frames.shape[:2]
-    if total - context < 1:
-        raise ValueError(f"windows have {total} frames: no room for a horizon after {context} context frames")
+    _check_horizon(total, context)
     future = windows.actions[:, context - 1 : total - 1]  # future[:, k] leads to frame context + k
     if shuffle_actions:
         if n < 2:
@@ -145,8 +149,7 @@ def imagine_next_frames(
     frames k..k+context-1 and the action between (teacher forcing at test time, so a model is judged on
     its dynamics, not on its drift). Returns frames [N, H, ...] in [0, 1]."""
     n, total = windows.frames.shape[:2]
-    if total - context < 1:
-        raise ValueError(f"windows have {total} frames: no room for a horizon after {context} context frames")
+    _check_horizon(total, context)
     gen = torch.Generator().manual_seed(seed)
     frames = []
     for i in range(0, n, batch_size):
