@@ -21,7 +21,7 @@ from worldloop.world_model.model import WorldModel, WorldModelConfig
 from worldloop.world_model.sampler import SamplerConfig
 
 
-def tiny_world_model(seed: int = 0, previous_frames: int = 1) -> WorldModel:
+def tiny_world_model(seed: int = 0, previous_frames: int = 1, previous_noise: bool = False) -> WorldModel:
     """16x16 frames, 2 blocks of width 32; weights perturbed so that the zero-initialised output and gates
     do not make every prediction trivially zero."""
     torch.manual_seed(seed)
@@ -35,6 +35,7 @@ def tiny_world_model(seed: int = 0, previous_frames: int = 1) -> WorldModel:
             context_frames=2,
             output_conv_channels=8,
             previous_frames=previous_frames,
+            condition_on_previous_noise=previous_noise,
         ),
         idm=InverseDynamicsConfig(channels=8),
         sampler=SamplerConfig(steps=1),
@@ -120,10 +121,11 @@ def test_nft_loss_rejects_mismatched_shapes():
         nft_loss(theta, old, ref, data, torch.ones(5), NFTConfig())
 
 
-@pytest.mark.parametrize("previous_frames", [1, 2])
-def test_teacher_forced_prediction_matches_the_rollout(previous_frames):
-    """predict_x0 must see what the cached rollout sees: replay a 1-step rollout's noise draws and compare."""
-    model = tiny_world_model(previous_frames=previous_frames).eval()
+@pytest.mark.parametrize("previous_frames, previous_noise", [(1, False), (2, False), (1, True)])
+def test_teacher_forced_prediction_matches_the_rollout(previous_frames, previous_noise):
+    """predict_x0 must see what the cached rollout sees: replay a 1-step rollout's noise draws and compare
+    (with condition_on_previous_noise, also the previous frames' noise level, context_noise_rollout)."""
+    model = tiny_world_model(previous_frames=previous_frames, previous_noise=previous_noise).eval()
     b, c, h = 2, 3, 4
     ctx, ctx_actions, actions = torch.rand(b, c, 1, 3, 16, 16), torch.randn(b, c - 1, 4), torch.randn(b, h, 4)
     generated, _, _ = model.rollout(ctx, ctx_actions, actions, generator=torch.Generator().manual_seed(5))

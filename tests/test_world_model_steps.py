@@ -194,7 +194,9 @@ def test_shared_noise_older_frames_differ_from_the_newest_by_the_motion_alone():
     for i in range(2, 5):  # position i reads frames i-1 (newest) and i-2
         t = ctx_t[:, i - 1].view(2, 1, 1, 1, 1)
         torch.testing.assert_close(prev[:, i, :, :3], clean[:, i - 1])
-        torch.testing.assert_close(prev[:, i, :, 3:] - prev[:, i, :, :3], (1 - t) * (x[:, i - 2] - x[:, i - 1]))
+        torch.testing.assert_close(
+            prev[:, i, :, 3:] - prev[:, i, :, :3], (1 - t) * (x[:, i - 2] - x[:, i - 1])
+        )
     own = model.previous_frames(clean)  # without the noise-free frames: each frame with its own noise
     assert torch.equal(own[:, 3, :, 3:], clean[:, 1])
     with pytest.raises(ValueError, match="previous_frames >= 2"):
@@ -215,3 +217,29 @@ def test_self_forced_windows_keep_their_noise_free_frames():
     # each replaced context frame is its noise-free estimate noised at the frame's level (so not equal to x)
     loss, _ = model.compute_loss(frames, actions)
     assert torch.isfinite(loss)
+
+
+def test_previous_noise_conditioning_starts_as_the_model_without_it_and_reads_the_level():
+    """condition_on_previous_noise: zero-initialised, the output equals the model's without it (same other
+    weights); once trained (weights perturbed here) the output depends on the previous frame's level."""
+    plain = tiny_model().eval()
+    cond = tiny_model({"condition_on_previous_noise": True}).eval()
+    fresh = cond.load_state_dict(plain.state_dict(), strict=False)
+    assert fresh.missing_keys and all("previous_noise_embed" in k for k in fresh.missing_keys)
+    torch.nn.init.zeros_(cond.dit.previous_noise_embed[-1].weight)
+    torch.nn.init.zeros_(cond.dit.previous_noise_embed[-1].bias)
+    x = torch.rand(1, 1, 1, 3, SIZE, SIZE)
+    args = (
+        x,
+        torch.rand_like(x),
+        torch.randn(1, 1, 4),
+        torch.ones(1, 1, dtype=torch.bool),
+        torch.full((1, 1), 0.5),
+    )
+    with torch.no_grad():
+        base = plain.dit(*args, torch.arange(1))[0]
+        torch.testing.assert_close(cond.dit(*args, torch.arange(1), prev_t=torch.full((1, 1), 0.4))[0], base)
+        cond.dit.previous_noise_embed[-1].weight.normal_(std=0.1)
+        clean = cond.dit(*args, torch.arange(1), prev_t=torch.zeros(1, 1))[0]
+        noisy = cond.dit(*args, torch.arange(1), prev_t=torch.full((1, 1), 0.4))[0]
+    assert not torch.allclose(clean, noisy)

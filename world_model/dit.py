@@ -47,6 +47,12 @@ class VideoDiTConfig:
     # real past, push models with 1 drew the cube's 0.3-1.7 px moves at slope 0.00-0.04 of the truth
     # (docs/experiments.md, 2026-11-26), as if nothing moved it.
     previous_frames: int = 1
+    # Also condition each frame on the noise level of the previous frame(s) it reads (GameNGen feeds its
+    # context-noise level to the model). Without it a model trained on noisy previous frames cannot tell a
+    # clean one from a noisy one, and smooths the clean frames of a rollout too (push: drawn cubes blurred
+    # one step ahead from the real past). Its embedding starts at zero: a model fine-tuned with it starts as
+    # the one it came from.
+    condition_on_previous_noise: bool = False
     # Output = previous frame + a learned change (x0 parameterisation only): static pixels are copied
     # exactly instead of squeezed through a patch token, so the network spends itself on what moves.
     residual_to_previous_frame: bool = True
@@ -172,6 +178,11 @@ class VideoDiT(nn.Module):
         # Stands in for the action when there is none (the first frame) or it is dropped for guidance.
         self.null_action = nn.Parameter(torch.zeros(d))
         self.noise_embed = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, d))
+        self.previous_noise_embed = None
+        if cfg.condition_on_previous_noise:
+            self.previous_noise_embed = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, d))
+            nn.init.zeros_(self.previous_noise_embed[-1].weight)
+            nn.init.zeros_(self.previous_noise_embed[-1].bias)
         self.blocks = nn.ModuleList([FrameBlock(cfg) for _ in range(cfg.depth)])
         self.final_ada = nn.Linear(d, 2 * d)
         self.final = nn.Linear(d, p * p * cfg.channels)
@@ -197,11 +208,20 @@ class VideoDiT(nn.Module):
                 nn.init.zeros_(self.refine_film.bias)
 
     def conditioning(
-        self, actions: torch.Tensor, action_valid: torch.Tensor, t: torch.Tensor
+        self,
+        actions: torch.Tensor,
+        action_valid: torch.Tensor,
+        t: torch.Tensor,
+        prev_t: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """actions [B, F, A] (normalised) with action_valid [B, F] bool, noise levels t [B, F] -> [B, F, D]."""
+        """actions [B, F, A] (normalised) with action_valid [B, F] bool, noise levels t [B, F] and those of
+        the previous frames read, prev_t [B, F] (with condition_on_previous_noise; None: 0) -> [B, F, D]."""
         act = torch.where(action_valid[..., None], self.action_embed(actions), self.null_action)
-        return act + self.noise_embed(timestep_embedding(t, self.cfg.width))
+        cond = act + self.noise_embed(timestep_embedding(t, self.cfg.width))
+        if self.previous_noise_embed is not None:
+            prev_t = torch.zeros_like(t) if prev_t is None else prev_t
+            cond = cond + self.previous_noise_embed(timestep_embedding(prev_t, self.cfg.width))
+        return cond
 
     def forward(
         self,
@@ -214,13 +234,15 @@ class VideoDiT(nn.Module):
         teacher_forced: bool = False,
         kv_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
         return_tokens: bool = False,
+        prev_t: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """Denoise F frames.
 
         x: [B, F, V, C, H, W]; prev: [B, F, V, C * previous_frames, H, W] each frame's earlier clean frames,
         newest first (when configured); actions
         [B, F, A]; action_valid, t: [B, F]; time_index: [F] frame indices (for rotary time); kv_cache: per
-        block the keys/values of earlier frames these frames attend to.
+        block the keys/values of earlier frames these frames attend to; prev_t [B, F]: the noise level of the
+        newest previous frame each frame reads (read with condition_on_previous_noise; None: 0).
         Returns the output [B, F, V, C, H, W] and per block the keys/values of these frames (for appending
         to a cache); with `return_tokens`, also the last block's tokens [B, F, frame_len, D] (what auxiliary
         heads on the frames being drawn read).
@@ -235,7 +257,7 @@ class VideoDiT(nn.Module):
         inp = torch.cat([x, prev], 3) if cfg.condition_on_previous_frame else x
         tokens = self.patch(self._patchify(inp)) + self.pos  # [B, F, V, P, D]
         tokens = (tokens + self.view[:, None]).reshape(b, nf * cfg.frame_len, cfg.width)
-        cond = self.conditioning(actions, action_valid, t)
+        cond = self.conditioning(actions, action_valid, t, prev_t)
         rotation = time_rotation(time_index, cfg.width // cfg.heads, cfg.frame_len)
         new_kv = []
         for i, block in enumerate(self.blocks):

@@ -58,6 +58,7 @@ class TeacherForcedConditioners:
     ctx_t: torch.Tensor  # [B, T] the context frames' noise levels
     target_t: torch.Tensor  # [B, T-1] the targets' noise levels
     index: torch.Tensor  # [2T-1] each position's time index (0..T-1, then 1..T-1)
+    prev_t: torch.Tensor  # [B, 2T-1] the noise level of the newest previous frame each position reads
 
 
 @dataclass
@@ -644,6 +645,7 @@ class WorldModel(nn.Module):
             ctx_t=ctx_t,
             target_t=target_t,
             index=torch.cat([torch.arange(t_len, device=dev), torch.arange(1, t_len, device=dev)]),
+            prev_t=torch.cat([ctx_t[:, :1], ctx_t[:, :-1], ctx_t[:, :-1]], 1),
         )
 
     def previous_frames(
@@ -688,6 +690,7 @@ class WorldModel(nn.Module):
             cond.index,
             teacher_forced=True,
             return_tokens=True,
+            prev_t=cond.prev_t,
         )
         return out[:, clean.shape[1] :], tokens[:, clean.shape[1] :]
 
@@ -960,15 +963,19 @@ class WorldModel(nn.Module):
         inp = flow.input_scale(x_t, tt, cfg.parameterisation, cfg.sigma_data)
         prev, index, history = context.previous, context.index(), context.history
         if history is None:
-            out, _ = self.dit(inp, prev, a, valid, tt, index, kv_cache=context.cache)
+            out, _ = self.dit(
+                inp, prev, a, valid, tt, index, kv_cache=context.cache, prev_t=self._rollout_prev_t(tt)
+            )
         else:
+            t_all = torch.cat([history["t"], tt], 1)
             out, _ = self.dit(
                 torch.cat([history["x"], inp], 1),
                 torch.cat([history["prev"], prev], 1),
                 torch.cat([history["a"], a], 1),
                 torch.cat([history["valid"], valid], 1),
-                torch.cat([history["t"], tt], 1),
+                t_all,
                 torch.cat([history["index"], index]),
+                prev_t=self._rollout_prev_t(t_all),
             )
             out = out[:, -1:]
         return self.wrap_model_output(out, x_t, tt)
@@ -1011,6 +1018,11 @@ class WorldModel(nn.Module):
         out = self.outcomes(pixels, task, state, first)
         return out["reward"], torch.sigmoid(out["success_logit"])
 
+    def _rollout_prev_t(self, t: torch.Tensor) -> torch.Tensor:
+        """The previous frames' noise level in a rollout, shaped like t [B, F]: every frame a rollout keeps
+        carries context_noise_rollout (the first context frame reads itself, noised the same)."""
+        return torch.full_like(t, self.cfg.context_noise_rollout)
+
     def _context_pass(self, clean, prev, a, valid, index, cache, history):
         """Run frames as (lightly noised) context: returns the updated KV cache, or the history the
         recompute path re-runs at every denoising step."""
@@ -1018,7 +1030,7 @@ class WorldModel(nn.Module):
         t = torch.full(clean.shape[:2], cfg.context_noise_rollout, device=clean.device)
         inp = flow.input_scale(clean, t, cfg.parameterisation, cfg.sigma_data)
         if history is None:
-            _, kv = self.dit(inp, prev, a, valid, t, index, kv_cache=cache)
+            _, kv = self.dit(inp, prev, a, valid, t, index, kv_cache=cache, prev_t=self._rollout_prev_t(t))
             keep = cfg.dit.context_frames * cfg.dit.frame_len
             new_cache = [
                 (torch.cat([c[0], k], 2)[:, :, -keep:], torch.cat([c[1], v], 2)[:, :, -keep:])
