@@ -635,9 +635,8 @@ class WorldModel(nn.Module):
         lead_actions = self.lead_action_features(a)  # frame i <- action i-1
         has_action = torch.ones(b, t_len, dtype=torch.bool, device=dev)
         has_action[:, 0] = False
-        prev = self.previous_frames(
-            clean, base, ctx_t
-        )  # [B, T+1, ...]: position i reads frames i-1, i-2, ...
+        # [B, T+1, ...]: position i reads frames i-1, i-2, ...; a target frame i reads what context frame i does
+        prev = self.previous_frames(clean, base, ctx_t)
         return TeacherForcedConditioners(
             prev=torch.cat([prev[:, :t_len], prev[:, 1:t_len]], 1),
             actions=torch.cat([lead_actions, lead_actions[:, 1:]], 1),
