@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from worldloop.world_model import flow
-from worldloop.world_model.dit import VideoDiT, VideoDiTConfig
+from worldloop.world_model.dit import VideoDiT, VideoDiTConfig, warp
 from worldloop.world_model.model import WorldModel, WorldModelConfig
 
 SIZE = 16
@@ -91,6 +91,8 @@ def test_config_errors_name_the_field():
         WorldModel(WorldModelConfig(dit=dit_config(), noise_floor=1.0))
     with pytest.raises(ValueError, match="residual_to_previous_frame"):
         WorldModel(WorldModelConfig(dit=dit_config(), parameterisation="velocity"))
+    with pytest.raises(ValueError, match="dit.warp_previous_frame"):
+        VideoDiT(dit_config(warp_previous_frame=True, residual_to_previous_frame=False))
 
 
 @pytest.mark.parametrize("teacher_forced", [False, True])
@@ -191,11 +193,15 @@ def test_rollout_shapes_and_ranges():
         ("euler", True, False, 1),
         ("euler", False, True, 1),
         ("euler", False, True, 2),
+        ("euler", False, False, "warp"),
     ],
 )
 def test_kv_cache_rollout_equals_recompute(method, action_delta, conditioned, previous):
     model = tiny_model(
-        action_delta=action_delta, output_conv_conditioned=conditioned, previous_frames=previous
+        action_delta=action_delta,
+        output_conv_conditioned=conditioned,
+        previous_frames=1 if previous == "warp" else previous,
+        warp_previous_frame=previous == "warp",
     )
     model.cfg.sampler.method = method
     inputs = rollout_inputs(h=6)
@@ -280,3 +286,57 @@ def test_residual_output_starts_as_a_copy_of_the_previous_frame():
     x, prev, a, valid, t = dit_inputs(1, 2)
     out, _ = dit(x, prev, a, valid, t, torch.arange(2))
     torch.testing.assert_close(out, prev)
+
+
+def square(x0: int, y0: int) -> torch.Tensor:
+    """[1, 3, 12, 12] a 4-pixel bright square with its corner at (x0, y0) on a dark table."""
+    frame = torch.zeros(1, 3, 12, 12)
+    frame[..., y0 : y0 + 4, x0 : x0 + 4] = 1.0
+    return frame
+
+
+def test_warp_reads_the_frame_at_the_displaced_position():
+    frame = square(4, 4)
+    still = torch.zeros(1, 2, 12, 12)
+    torch.testing.assert_close(warp(frame, still), frame)
+    # Reading one pixel to the left everywhere draws the square one pixel to the right.
+    left = still.clone()
+    left[:, 0] = -1.0
+    torch.testing.assert_close(warp(frame, left), square(5, 4))
+    up = still.clone()
+    up[:, 1] = 1.0  # reading one pixel below draws the square one pixel up
+    torch.testing.assert_close(warp(frame, up), square(4, 3))
+    half = warp(frame, left * 0.5)  # half a pixel: the edges blend bilinearly
+    assert half[0, 0, 5, 4] == pytest.approx(0.5) and half[0, 0, 5, 8] == pytest.approx(0.5)
+    assert half[0, 0, 5, 5] == pytest.approx(1.0) and half[0, 0, 5, 3] == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("shift", [(1, 0), (-1, 0), (0, 1), (0, -1)])
+def test_warp_gradient_points_the_displacement_toward_the_true_motion(shift):
+    """A hard-edged square that truly moved one pixel: at zero displacement the loss's gradient asks for reading
+    from where it came (x displacement -dx, y displacement -dy) in every direction. Bilinear reading's own
+    gradient is zero for moves right and down."""
+    dx, dy = shift
+    frame = square(4, 4)
+    flow = torch.zeros(1, 2, 12, 12, requires_grad=True)
+    loss = (warp(frame, flow) - square(4 + dx, 4 + dy)).pow(2).sum()
+    loss.backward()
+    descent = -flow.grad.sum((0, 2, 3))
+    assert descent[0] * dx < 0 if dx else descent[0].abs() < 1e-6
+    assert descent[1] * dy < 0 if dy else descent[1].abs() < 1e-6
+    frames = frame.clone().requires_grad_()  # the frames get bilinear reading's gradient
+    warp(frames, torch.zeros(1, 2, 12, 12)).sum().backward()
+    torch.testing.assert_close(frames.grad, torch.ones_like(frame))
+
+
+def test_warped_residual_starts_as_the_previous_frame_and_can_move_it():
+    dit = VideoDiT(dit_config(warp_previous_frame=True))
+    assert dit.final.out_features == 4 * 4 * 5  # per pixel: three channels of change, then x, y
+    x, prev, a, valid, t = dit_inputs(1, 2)
+    out, _ = dit(x, prev, a, valid, t, torch.arange(2))
+    torch.testing.assert_close(out, prev)  # zero displacement, zero change
+    with torch.no_grad():
+        dit.final.bias.view(-1, 5)[:, 3] = -1.0  # every pixel reads one to its left
+    out, _ = dit(x, prev, a, valid, t, torch.arange(2))
+    torch.testing.assert_close(out[..., 1:], prev[..., :-1])
+    torch.testing.assert_close(out[..., 0], prev[..., 0])  # the border repeats

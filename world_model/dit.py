@@ -134,11 +134,9 @@ def rotate_by_time(x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor])
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
 
 
-def warp(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
-    """frames [..., C, H, W] read at each pixel's own position plus flow [..., 2, H, W] (x then y, in pixels;
-    bilinear, edges repeated): out[y, x] = frames[y + flow_y, x + flow_x]. Zero flow returns the frames."""
-    *lead, c, hgt, wid = frames.shape
-    flow = flow.reshape(-1, 2, hgt, wid)
+def _read_at(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
+    """Bilinear read of frames [N, C, H, W] at each pixel's position plus flow [N, 2, H, W] (pixels)."""
+    n, c, hgt, wid = frames.shape
     ys, xs = torch.meshgrid(
         torch.arange(hgt, device=flow.device, dtype=flow.dtype),
         torch.arange(wid, device=flow.device, dtype=flow.dtype),
@@ -147,13 +145,33 @@ def warp(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
     # grid_sample's coordinates with align_corners=True: -1 is the first pixel's centre, +1 the last one's.
     gx = (xs + flow[:, 0]) * (2 / max(wid - 1, 1)) - 1
     gy = (ys + flow[:, 1]) * (2 / max(hgt - 1, 1)) - 1
-    out = F.grid_sample(
-        frames.reshape(-1, c, hgt, wid),
-        torch.stack([gx, gy], -1),
-        mode="bilinear",
-        padding_mode="border",
-        align_corners=True,
-    )
+    grid = torch.stack([gx, gy], -1)
+    return F.grid_sample(frames, grid, mode="bilinear", padding_mode="border", align_corners=True)
+
+
+def warp(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
+    """frames [..., C, H, W] read at each pixel's own position plus flow [..., 2, H, W] (x then y, in pixels;
+    bilinear, edges repeated): out[y, x] = frames[y + flow_y, x + flow_x]. Zero flow returns the frames.
+
+    The gradient with respect to the flow is the frame's central difference at the read position (half a
+    pixel each way). Bilinear reading's own is one-sided at whole pixels: on a hard-edged object (the push
+    cubes are rendered without anti-aliasing) it is zero on both edges when the object moved right or down,
+    so from zero flow such moves could never be learnt. The gradient with respect to the frames is
+    bilinear reading's own."""
+    *lead, c, hgt, wid = frames.shape
+    frames, flow = frames.reshape(-1, c, hgt, wid), flow.reshape(-1, 2, hgt, wid)
+    held = flow.detach()
+    out = _read_at(frames, held)
+    if flow.requires_grad:
+        with torch.no_grad():
+            dx = torch.zeros_like(held)
+            dx[:, 0] = 0.5
+            dy = torch.zeros_like(held)
+            dy[:, 1] = 0.5
+            grad_x = _read_at(frames, held + dx) - _read_at(frames, held - dx)
+            grad_y = _read_at(frames, held + dy) - _read_at(frames, held - dy)
+        # Zero in value: only its gradient counts.
+        out = out + grad_x * (flow[:, :1] - held[:, :1]) + grad_y * (flow[:, 1:] - held[:, 1:])
     return out.view(*lead, c, hgt, wid)
 
 
