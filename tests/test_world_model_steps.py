@@ -112,8 +112,13 @@ def test_rollout_is_its_steps_chained_frame_by_frame(use_cache, method, guidance
     assert torch.equal(success, torch.stack([s for _, s in judged], 1))
 
 
-@pytest.mark.parametrize("parameterisation, previous", [("x0", 1), ("edm", 1), ("x0", 3)])
-def test_training_steps_see_a_target_as_the_rollout_steps_see_the_next_frame(parameterisation, previous):
+@pytest.mark.parametrize(
+    "parameterisation, previous, warp",
+    [("x0", 1, False), ("edm", 1, False), ("x0", 3, False), ("x0", 2, True)],
+)
+def test_training_steps_see_a_target_as_the_rollout_steps_see_the_next_frame(
+    parameterisation, previous, warp
+):
     """Without context noise, the training pass's x0 for target frame i (compute_conditioners,
     compute_model_output, wrap_model_output) equals the rollout's x0 for the frame after context 0..i-1
     (encode_context, next_frame_x0) at the same noisy frame and noise level."""
@@ -121,6 +126,7 @@ def test_training_steps_see_a_target_as_the_rollout_steps_see_the_next_frame(par
         "action_delta": True,
         "residual_to_previous_frame": parameterisation == "x0",
         "previous_frames": previous,
+        "warp_previous_frame": warp,
     }
     model = tiny_model(
         dit, parameterisation=parameterisation, context_noise_max=0.0, context_noise_rollout=0.0
