@@ -388,6 +388,12 @@ def issue24_targets(curves: dict, figures: dict, horizon: int) -> dict:
     out: dict = {
         "ssim_above_copy_last_every_h": all(curves["ssim"][h] > curves["ssim_copy_last"][h] for h in every),
         "psnr_above_copy_last_every_h": all(curves["psnr"][h] > curves["psnr_copy_last"][h] for h in every),
+        # Beside the target (the mean of per-frame PSNR): the PSNR of the pooled error, and how many windows
+        # did not change at h1 (copy-last scores 100 dB on each of them in the per-frame mean).
+        "psnr_pooled_above_copy_last_every_h": all(
+            curves["psnr_pooled"][h] > curves["psnr_pooled_copy_last"][h] for h in every
+        ),
+        "unchanged_fraction_h1": curves["unchanged_fraction"][0],
         "shuffled_actions_ssim_drop_h10": curves["ssim"][h10] - curves["ssim_shuffled_actions"][h10],
         "idm_error_ratio_h30": curves["idm_error_generated"][last] / curves["idm_error_real"][last],
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -13,6 +14,7 @@ from worldloop.world_model.metrics import (
     imagine,
     masked_psnr,
     moving_mask,
+    pooled_psnr,
     psnr,
     rollout_fidelity,
     ssim,
@@ -26,6 +28,9 @@ def test_psnr_and_ssim_of_known_errors():
     a = torch.full((2, 3, 16, 16), 0.5)
     b = a + 0.1
     assert psnr(a, b).shape == (2,)
+    # Pooled over windows: one exact window (per-frame 100 dB) and one at mse 0.01 pool to mse 0.005 (23 dB).
+    pair = torch.stack([a, b])[:, None]  # [N=2, H=1, 2, 3, 16, 16]
+    assert pooled_psnr(torch.stack([a, a])[:, None], pair) == pytest.approx([10 * math.log10(200)], rel=1e-4)
     torch.testing.assert_close(psnr(a, b), torch.full((2,), 20.0), rtol=1e-4, atol=1e-4)  # mse 0.01 -> 20 dB
     img = torch.rand(2, 1, 3, 32, 32)
     torch.testing.assert_close(ssim(img, img), torch.ones(2, 1), rtol=1e-4, atol=1e-4)
@@ -110,6 +115,9 @@ def test_rollout_fidelity_reports_every_horizon_step_and_the_copy_last_baseline(
         (0, 2)
     )
     torch.testing.assert_close(torch.tensor(curves["psnr_copy_last"]), expected, rtol=1e-5, atol=1e-5)
+    assert curves["unchanged_fraction"] == [0.0] * horizon
+    still = dataclasses.replace(windows, frames=frames[:, [0, 1, 1, 1, 2, 3]])  # h1, h2 repeat frame 1
+    assert rollout_fidelity(model, still, ctx, imagined)["unchanged_fraction"] == [1.0, 1.0, 0.0, 0.0]
     assert "psnr@1" in summarize(curves) and "psnr@5" not in summarize(curves)
     with pytest.raises(ValueError, match="do not fit"):
         rollout_fidelity(model, windows, ctx, tuple(x[:, :2] for x in imagined))

@@ -27,6 +27,14 @@ def psnr(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return 10 * torch.log10(1 / mse.clamp_min(1e-10))
 
 
+def pooled_psnr(pred: torch.Tensor, target: torch.Tensor) -> list[float]:
+    """PSNR (dB) of the squared error averaged over the N windows at each step, frames [N, H, ..., C, h, w] in
+    [0, 1] -> H values. Unlike the mean of per-frame PSNR, a window whose frame is reproduced exactly (the
+    clamp's 100 dB) does not outweigh the others: copy-last scores that wherever nothing moved."""
+    mse = (pred.float() - target.float()).pow(2).flatten(2).mean(-1).mean(0)
+    return (10 * torch.log10(1 / mse.clamp_min(1e-10))).tolist()
+
+
 def ssim(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-frame SSIM of frames in [0, 1] (7x7 Gaussian window, fits 32x32 and up): [..., C, H, W] -> [...]."""
     lead = pred.shape[:-3]
@@ -192,6 +200,10 @@ def rollout_fidelity(
         "psnr_copy_last": per_step(psnr(last, real)),
         "ssim": per_step(ssim(gen_frames, real)),
         "ssim_copy_last": per_step(ssim(last, real)),
+        "psnr_pooled": pooled_psnr(gen_frames, real),
+        "psnr_pooled_copy_last": pooled_psnr(last, real),
+        # Windows whose frame h is the frame before it, pixel for pixel (copy-last's PSNR there is 100 dB).
+        "unchanged_fraction": (real == real_prev).flatten(2).all(-1).float().mean(0).tolist(),
         "moving_psnr": [],
         "moving_psnr_copy_last": [],
         "moving_fraction": [],
