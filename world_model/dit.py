@@ -136,7 +136,7 @@ def rotate_by_time(x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor])
 
 def _read_at(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
     """Bilinear read of frames [N, C, H, W] at each pixel's position plus flow [N, 2, H, W] (pixels)."""
-    n, c, hgt, wid = frames.shape
+    hgt, wid = frames.shape[-2:]
     ys, xs = torch.meshgrid(
         torch.arange(hgt, device=flow.device, dtype=flow.dtype),
         torch.arange(wid, device=flow.device, dtype=flow.dtype),
@@ -164,10 +164,8 @@ def warp(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
     out = _read_at(frames, held)
     if flow.requires_grad:
         with torch.no_grad():
-            dx = torch.zeros_like(held)
-            dx[:, 0] = 0.5
-            dy = torch.zeros_like(held)
-            dy[:, 1] = 0.5
+            dx = held.new_tensor([0.5, 0.0]).view(1, 2, 1, 1)
+            dy = held.new_tensor([0.0, 0.5]).view(1, 2, 1, 1)
             grad_x = _read_at(frames, held + dx) - _read_at(frames, held - dx)
             grad_y = _read_at(frames, held + dy) - _read_at(frames, held - dy)
         # Zero in value: only its gradient counts.
@@ -338,10 +336,9 @@ class VideoDiT(nn.Module):
         b, nf, nv, _, hgt, wid = frames.shape
         # Channels-last: oneDNN's convolutions with these few channels ran 2x faster so on one CPU core
         # (forward and backward); the convolution was ~70% of a tiny.yaml training step.
-        channels_last = torch.channels_last
         x = frames.flatten(0, 2)
         if self.refine_film is None:
-            return self.refine(x.contiguous(memory_format=channels_last)).contiguous()
+            return self.refine(x.contiguous(memory_format=torch.channels_last)).contiguous()
         ys, xs = torch.meshgrid(
             torch.linspace(-1, 1, hgt, device=x.device, dtype=x.dtype),
             torch.linspace(-1, 1, wid, device=x.device, dtype=x.dtype),
@@ -349,7 +346,7 @@ class VideoDiT(nn.Module):
         )
         x = torch.cat([x, torch.stack([xs, ys]).expand(x.shape[0], -1, -1, -1)], 1)
         scale, shift = self.refine_film(cond).repeat_interleave(nv, 1).flatten(0, 1).chunk(2, -1)
-        h = self.refine[0](x.contiguous(memory_format=channels_last))
+        h = self.refine[0](x.contiguous(memory_format=torch.channels_last))
         h = h * (1 + scale[..., None, None]) + shift[..., None, None]
         return self.refine[2:](self.refine[1](h)).contiguous()
 

@@ -23,7 +23,11 @@ from pytorch_msssim import ssim as _ssim
 
 def psnr(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-frame PSNR (dB) of frames in [0, 1]: [..., C, H, W] -> [...]."""
-    mse = (pred.float() - target.float()).pow(2).flatten(-3).mean(-1)
+    return decibels((pred.float() - target.float()).pow(2).flatten(-3).mean(-1))
+
+
+def decibels(mse: torch.Tensor) -> torch.Tensor:
+    """PSNR (dB) of mean squared errors of frames in [0, 1]; an exact match scores the clamp's 100 dB."""
     return 10 * torch.log10(1 / mse.clamp_min(1e-10))
 
 
@@ -31,8 +35,7 @@ def pooled_psnr(pred: torch.Tensor, target: torch.Tensor) -> list[float]:
     """PSNR (dB) of the squared error averaged over the N windows at each step, frames [N, H, ..., C, h, w] in
     [0, 1] -> H values. Unlike the mean of per-frame PSNR, a window whose frame is reproduced exactly (the
     clamp's 100 dB) does not outweigh the others: copy-last scores that wherever nothing moved."""
-    mse = (pred.float() - target.float()).pow(2).flatten(2).mean(-1).mean(0)
-    return (10 * torch.log10(1 / mse.clamp_min(1e-10))).tolist()
+    return decibels((pred.float() - target.float()).pow(2).flatten(2).mean(-1).mean(0)).tolist()
 
 
 def ssim(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -59,7 +62,7 @@ def masked_psnr(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) ->
     if count == 0:
         return float("nan")
     mse = ((pred.float() - target.float()).pow(2) * m).sum() / count
-    return float(10 * torch.log10(1 / mse.clamp_min(1e-10)))
+    return float(decibels(mse))
 
 
 @dataclass
