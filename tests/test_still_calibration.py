@@ -62,8 +62,13 @@ def _still_windows(n: int = 3, frames: int = 5) -> HeldOutWindows:
     )
 
 
-def test_calibration_picks_the_threshold_with_the_best_ssim_and_restores_the_sampler():
-    model = _tiny_model(0.0)
+@pytest.mark.parametrize(
+    "device",
+    # The windows stay on the CPU while a trained model sits on the GPU (the end of a GPU training run).
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))],
+)
+def test_calibration_picks_the_threshold_with_the_best_ssim_and_restores_the_sampler(device):
+    model = _tiny_model(0.0).to(device)
     report = calibrate_still_threshold(model, _still_windows(), context=2, candidates=(0.0, 0.05, 2.5))
     # nothing moves in these windows: copying every pixel (2.5) is exact, the random model is not
     assert report["threshold"] == 2.5

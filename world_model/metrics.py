@@ -116,7 +116,8 @@ def imagine(
     `shuffle_actions` feeds each window the future actions of another window (a fixed derangement): the
     action-sensitivity test, where a model that ignores actions would score the same as with real ones.
     Returns frames [N, H, ...], rewards [N, H], success probabilities [N, H] (None for both with
-    `judge=False`, frames only, or when the heads read the joint state and the windows have none).
+    `judge=False`, frames only, or when the heads read the joint state and the windows have none), on the
+    CPU beside the windows whatever device the model is on.
     """
     n, total = windows.frames.shape[:2]
     _check_horizon(total, context)
@@ -140,9 +141,10 @@ def imagine(
             future_state=None if windows.state is None else windows.state[sl, context:],
             judge=judge,
         )
-        frames.append(f)
-        rewards.append(r)
-        success.append(s)
+        # Scored against the windows, which stay on the CPU: a model on a GPU draws there.
+        frames.append(f.cpu())
+        rewards.append(None if r is None else r.cpu())
+        success.append(None if s is None else s.cpu())
     if rewards[0] is None:  # not judged
         return torch.cat(frames), None, None
     return torch.cat(frames), torch.cat(rewards), torch.cat(success)
@@ -158,7 +160,7 @@ def imagine_next_frames(
 ) -> torch.Tensor:
     """Each horizon frame drawn one step ahead from the real frames before it: frame context + k from real
     frames k..k+context-1 and the action between (teacher forcing at test time, so a model is judged on
-    its dynamics, not on its drift). Returns frames [N, H, ...] in [0, 1]."""
+    its dynamics, not on its drift). Returns frames [N, H, ...] in [0, 1], on the CPU beside the windows."""
     n, total = windows.frames.shape[:2]
     _check_horizon(total, context)
     gen = torch.Generator().manual_seed(seed)
@@ -173,7 +175,7 @@ def imagine_next_frames(
                 steps=steps,
                 generator=gen,
                 judge=False,
-            )[0]
+            )[0].cpu()
             for k in range(total - context)
         ]
         frames.append(torch.cat(per_step, 1))
