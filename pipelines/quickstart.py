@@ -36,7 +36,7 @@ class QuickstartConfig:
     demo_episodes: int = 300
     demo_skill_range: list[float] = field(default_factory=lambda: [0.0, 1.0])
     demo_steps: int = 40
-    world_model_steps: int = 3200
+    world_model_steps: int = 6400
     # Then from those weights, training on its own rollouts (the self-rollout loss): on push it lifted SSIM@30
     # from 0.727 to 0.794, above copy-last at every horizon (docs/experiments.md, 2026-11-25). 0 skips it.
     world_model_self_rollout_steps: int = 600
