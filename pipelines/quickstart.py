@@ -38,8 +38,9 @@ class QuickstartConfig:
     demo_steps: int = 40
     world_model_steps: int = 6400
     # Then from those weights, training on its own rollouts (the self-rollout loss): on push it lifted SSIM@30
-    # from 0.727 to 0.794, above copy-last at every horizon (docs/experiments.md, 2026-11-25). 0 skips it.
-    world_model_self_rollout_steps: int = 600
+    # from 0.727 to 0.794, above copy-last at every horizon (docs/experiments.md, 2026-11-25); 1,200 steps
+    # against 600 raised the cube's displacement r in each of 3 seeds (2026-11-27). 0 skips it.
+    world_model_self_rollout_steps: int = 1200
     posttrain_steps: int = 20  # per post-training stage; a few seconds a step on 2 CPU cores
     heads_steps: int = 1500  # outcome heads fitted again on the post-trained model's own rollouts
     policy_steps: int = 2000  # the tiny FlowVLA recipe: 100/100 on reach with 360 skill-1.0 demos
