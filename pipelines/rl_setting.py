@@ -67,6 +67,10 @@ class RLSettingConfig:
     snapshot_eval_episodes: int = 100
     snapshot_eval_seed: int = 150_000
     success_band: list[float] = field(default_factory=lambda: [0.2, 0.6])
+    # Passed to every train_world_model.py stage after the config file: the setting on another world-model
+    # recipe. The README's reach RL figure (23 Nov) was measured before tiny.yaml gained context noise 0.5 and
+    # the warp; `["--model.context_noise_max=0.1", "--model.dit.warp_previous_frame=false"]` rebuilds it so.
+    world_model_overrides: list[str] = field(default_factory=list)
     force: bool = False  # redo stages whose outputs exist
 
     def validate(self) -> None:
@@ -80,6 +84,11 @@ class RLSettingConfig:
             raise ConfigError(
                 f"snapshot_steps {bad} are not multiples of snapshot_every={self.snapshot_every} "
                 f"within policy_steps={self.policy_steps}"
+            )
+        bad = [o for o in self.world_model_overrides if not (o.startswith("--") and "=" in o)]
+        if bad:
+            raise ConfigError(
+                f"world_model_overrides {bad} are not --key=value options of train_world_model.py"
             )
 
 
@@ -113,7 +122,7 @@ def _record_mixed(
     )
 
 
-def _fit_heads(name: str, data: Path, init_from: Path, steps: int, out: Path) -> Stage:
+def _fit_heads(cfg: RLSettingConfig, name: str, data: Path, init_from: Path, steps: int, out: Path) -> Stage:
     """Heads alone on the frozen world model. In imagination only the first frame is real: heads that judge
     from it and the (exact) joint state do not misread drawn frames. Fitting them needs no rollouts."""
     return Stage(
@@ -121,6 +130,7 @@ def _fit_heads(name: str, data: Path, init_from: Path, steps: int, out: Path) ->
         "train_world_model.py",
         [
             "--config=configs/world_model/tiny.yaml",
+            *cfg.world_model_overrides,
             f"--dataset.root={data}",
             f"--init_from={init_from}",
             "--heads_only=true",
@@ -168,6 +178,7 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
             "train_world_model.py",
             [
                 "--config=configs/world_model/tiny.yaml",
+                *cfg.world_model_overrides,
                 f"--dataset.root={wm_data}",
                 f"--train.steps={cfg.world_model_steps}",
                 f"--output_dir={wm}",
@@ -176,13 +187,14 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
             wm / "pretrained_model" / "model.safetensors",
             wm / "pretrained_model",
         ),
-        _fit_heads("fit first-frame heads", heads_data, wm / "pretrained_model", cfg.heads_steps, heads),
+        _fit_heads(cfg, "fit first-frame heads", heads_data, wm / "pretrained_model", cfg.heads_steps, heads),
         *(
             [
                 _record_mixed(
                     cfg, "more heads", more_data, cfg.more_heads_episodes, cfg.more_heads_seed, heads_data
                 ),
                 _fit_heads(
+                    cfg,
                     "fit heads on more data",
                     more_data,
                     heads / "pretrained_model",
@@ -200,6 +212,7 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
                     "train_world_model.py",
                     [
                         "--config=configs/world_model/tiny.yaml",
+                        *cfg.world_model_overrides,
                         f"--dataset.root={wm_data}",
                         f"--init_from={heads_model(cfg, root)}",
                         "--freeze_heads=true",  # the heads as fitted, their config and threshold too

@@ -106,3 +106,24 @@ def test_config_errors_name_the_field():
         RLSettingConfig(snapshot_steps=[160]).validate()
     with pytest.raises(ConfigError, match="snapshot_steps"):
         RLSettingConfig(snapshot_steps=[2025], policy_steps=2000).validate()
+    with pytest.raises(ConfigError, match="world_model_overrides"):
+        RLSettingConfig(world_model_overrides=["model.context_noise_max=0.1"]).validate()
+
+
+def test_world_model_overrides_reach_every_world_model_stage(tmp_path, monkeypatch):
+    from worldloop.pipelines.quickstart import REPO
+
+    monkeypatch.chdir(REPO)
+    overrides = ["--model.context_noise_max=0.1", "--model.dit.warp_previous_frame=false"]
+    cfg = RLSettingConfig(root=str(tmp_path), world_model_overrides=overrides)
+    cfg.validate()
+    # The world model, both heads fits and the longer run: each loads the one before, so all must agree.
+    wm_stages = [s for s in stages(cfg, tmp_path) if s.script == "train_world_model.py"]
+    assert len(wm_stages) == 4
+    for stage in wm_stages:
+        parsed = parse_cli(TrainWorldModelConfig, stage.args)
+        assert parsed.model.context_noise_max == 0.1 and not parsed.model.dit.warp_previous_frame, stage.name
+    plain = next(
+        s for s in stages(RLSettingConfig(root=str(tmp_path)), tmp_path) if s.name == "train world model"
+    )
+    assert parse_cli(TrainWorldModelConfig, plain.args).model.dit.warp_previous_frame  # tiny.yaml's own
