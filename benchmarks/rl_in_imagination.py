@@ -3,7 +3,7 @@
 python benchmarks/rl_in_imagination.py --finetune_config=configs/finetune/tiny.yaml \
     --policy=outputs/policy/tiny/pretrained_model --world_model=outputs/world_model/tiny/pretrained_model
     [--finetune.algorithm.type=ppo] [--loop_rounds=3 --loop_dataset_root=outputs/data/reach_wm]
-    [--finetune.algorithm.lr=1e-4]
+    [--finetune.algorithm.lr=1e-4] [--seeds=[0,1,2] --jobs=2 --threads=1]
 
 Runs `finetune_policy.py` (imagination only for training; sim steps counted, must be 0) with the config's
 algorithm (GRPO) or another (`--finetune.algorithm.type=ppo`), or with `--loop_rounds=N` the closed loop (the policy's sim
@@ -18,10 +18,13 @@ Any `--finetune.<key>=<value>` is passed on to the fine-tuning config as `--<key
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shlex
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -59,6 +62,8 @@ class RLInImaginationBenchmarkConfig:
     # Fine-tune once per seed (finetune's --seed; each under <output_dir>/seed_<s>) and report the mean gain
     # with its Student-t 95% interval and every seed's gain; None: one run with the config's seed.
     seeds: list[int] | None = None
+    # Seeds fine-tuned at once, each in its own process with `threads` threads (jobs x threads <= cores).
+    jobs: int = 1
     observe: str = (
         ""  # drawn | first_frame: what the policy sees in imagination; "" -> the config's env.observe
     )
@@ -110,6 +115,8 @@ def main() -> None:
         raise ConfigError(f"{spaced[0]}: pass fine-tuning options as {PASSED_ON}<key>=<value>, with '='")
     cfg = parse_cli(RLInImaginationBenchmarkConfig, [a for a in args if not a.startswith(PASSED_ON)])
     passed_on = ["--" + a[len(PASSED_ON) :] for a in args if a.startswith(PASSED_ON)]
+    if cfg.jobs < 1:
+        raise ConfigError(f"jobs={cfg.jobs}: the number of seeds fine-tuned at once must be at least 1")
     torch.set_num_threads(cfg.threads)
     overrides = [
         f"--policy.path={cfg.policy}",
@@ -141,16 +148,28 @@ def main() -> None:
         time_one_iteration(cfg, ft_cfg)
         return
     bc = evaluate_final(cfg, ft_cfg, cfg.policy)
-    runs = []
-    for seed in cfg.seeds or [None]:
-        seed_cfg = config_for(seed)
-        summary, final_policy = run_finetuning(seed_cfg)
-        runs.append((seed_cfg, summary, evaluate_final(cfg, seed_cfg, final_policy)))
+    seed_cfgs = [config_for(seed) for seed in cfg.seeds or [None]]
+    jobs = min(cfg.jobs, len(seed_cfgs))
+    if jobs > 1:
+        # spawn: a forked child would inherit this process's OpenMP and EGL state
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            runs = list(pool.map(partial(finetune_and_evaluate, cfg), seed_cfgs))
+    else:
+        runs = [finetune_and_evaluate(cfg, seed_cfg) for seed_cfg in seed_cfgs]
     figures = figures_of(cfg, ft_cfg, bc, runs)
     name = "rl_in_imagination" + ("" if ft_cfg.algorithm.type == "grpo" else f"_{ft_cfg.algorithm.type}")
     name = cfg.result_name or name + ("_loop" if ft_cfg.loop.rounds else "")
     path = write_result(name, figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     print(f"wrote {path}")
+
+
+def finetune_and_evaluate(
+    cfg: RLInImaginationBenchmarkConfig, ft_cfg: FinetunePolicyConfig
+) -> tuple[FinetunePolicyConfig, dict, dict]:
+    """One seed's run: fine-tuned, then its final policy evaluated in the sim (in a worker with --jobs)."""
+    torch.set_num_threads(cfg.threads)
+    summary, final_policy = run_finetuning(ft_cfg)
+    return ft_cfg, summary, evaluate_final(cfg, ft_cfg, final_policy)
 
 
 def run_finetuning(ft_cfg: FinetunePolicyConfig) -> tuple[dict, str]:

@@ -24,7 +24,7 @@ FINETUNE = {
 }  # fmt: skip
 
 
-def _run(tmp_path, monkeypatch, name: str, seeds: str, observe: str = "drawn") -> dict:
+def _run(tmp_path, monkeypatch, name: str, seeds: str, observe: str = "drawn", jobs: int = 1) -> dict:
     monkeypatch.setattr(benchmarks._common, "RESULTS", tmp_path / "results")
     argv = [
         "rl_in_imagination.py",
@@ -35,6 +35,7 @@ def _run(tmp_path, monkeypatch, name: str, seeds: str, observe: str = "drawn") -
         f"--seeds={seeds}",
         f"--observe={observe}",
         "--final_episodes=2",
+        f"--jobs={jobs}",
         f"--result_name={name}",
     ]
     monkeypatch.setattr(sys, "argv", argv)
@@ -42,12 +43,13 @@ def _run(tmp_path, monkeypatch, name: str, seeds: str, observe: str = "drawn") -
     return json.loads((tmp_path / "results" / f"{name}.json").read_text())["figures"]
 
 
-@pytest.mark.slow  # three 2-iteration fine-tuning runs with sim evaluations: ~30 s
+@pytest.mark.slow  # six 2-iteration fine-tuning runs with sim evaluations: ~60 s
 def test_seeds_are_reproducible_and_different(tmp_path, monkeypatch):
     (tmp_path / "ft.yaml").write_text(yaml.safe_dump(FINETUNE))
     tiny_world_model().save_pretrained(tmp_path / "wm")
     tiny_policy().save_pretrained(tmp_path / "policy")
     two = _run(tmp_path, monkeypatch, "two", "[0,1]")
+    parallel = _run(tmp_path, monkeypatch, "parallel", "[0,1]", jobs=2)  # the seeds in two processes
     again = _run(tmp_path, monkeypatch, "again", "[0]", observe="first_frame")
     assert two["seeds"] == [0, 1] and [s["seed"] for s in two["per_seed"]] == [0, 1]
     gains = [s["gain_points"] for s in two["per_seed"]]
@@ -68,3 +70,8 @@ def test_seeds_are_reproducible_and_different(tmp_path, monkeypatch):
     assert all(seed0[k].equal(v) for k, v in weights("drawn_again", 0).items())
     assert any(not seed0[k].equal(v) for k, v in weights("again", 0).items())
     assert drawn_again["per_seed"][0]["in_loop_evaluations"] == two["per_seed"][0]["in_loop_evaluations"]
+    # Run side by side, each seed gives what it gives alone.
+    for seed in (0, 1):
+        alone = weights("two", seed)
+        assert all(alone[k].equal(v) for k, v in weights("parallel", seed).items())
+    assert [s["gain_points"] for s in parallel["per_seed"]] == gains
