@@ -286,7 +286,6 @@ class VideoDiT(nn.Module):
         kv_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
         return_tokens: bool = False,
         prev_t: torch.Tensor | None = None,
-        prior_flow: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """Denoise F frames.
 
@@ -294,9 +293,7 @@ class VideoDiT(nn.Module):
         newest first (when configured); actions
         [B, F, A]; action_valid, t: [B, F]; time_index: [F] frame indices (for rotary time); kv_cache: per
         block the keys/values of earlier frames these frames attend to; prev_t [B, F]: the noise level of the
-        newest previous frame each frame reads (read with condition_on_previous_noise; None: 0); prior_flow
-        [B, F, V, 2, H, W]: a displacement added to the predicted one before the previous frame is warped (with
-        warp_previous_frame; None: 0).
+        newest previous frame each frame reads (read with condition_on_previous_noise; None: 0).
         Returns the output [B, F, V, C, H, W] and per block the keys/values of these frames (for appending
         to a cache); with `return_tokens`, also the last block's tokens [B, F, frame_len, D] (what auxiliary
         heads on the frames being drawn read).
@@ -308,8 +305,6 @@ class VideoDiT(nn.Module):
                 f"VideoDiT expects frames [B, F, {cfg.num_views}, {cfg.channels}, {cfg.image_size}, "
                 f"{cfg.image_size}], got {list(x.shape)}"
             )
-        if prior_flow is not None and not (cfg.residual_to_previous_frame and cfg.warp_previous_frame):
-            raise ValueError("prior_flow moves the previous frame: it needs warp_previous_frame")
         inp = torch.cat([x, prev], 3) if cfg.condition_on_previous_frame else x
         tokens = self.patch(self._patchify(inp)) + self.pos  # [B, F, V, P, D]
         tokens = (tokens + self.view[:, None]).reshape(b, nf * cfg.frame_len, cfg.width)
@@ -326,7 +321,7 @@ class VideoDiT(nn.Module):
             base = prev[:, :, :, :c]
             if cfg.warp_previous_frame:
                 out, flow = out[:, :, :, :c], out[:, :, :, c:]
-                base = warp(base, flow if prior_flow is None else flow + prior_flow)
+                base = warp(base, flow)
             out = out + base
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out

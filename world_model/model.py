@@ -29,7 +29,6 @@ from worldloop.world_model.dit import VideoDiT, VideoDiTConfig
 from worldloop.world_model.heads import OutcomeHeads, OutcomeHeadsConfig
 from worldloop.world_model.idm import InverseDynamicsConfig, InverseDynamicsModel
 from worldloop.world_model.metrics import moving_mask
-from worldloop.world_model.motion_prior import motion_prior
 from worldloop.world_model.sampler import SamplerConfig, sample
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]
@@ -60,8 +59,6 @@ class TeacherForcedConditioners:
     target_t: torch.Tensor  # [B, T-1] the targets' noise levels
     index: torch.Tensor  # [2T-1] each position's time index (0..T-1, then 1..T-1)
     prev_t: torch.Tensor  # [B, 2T-1] the noise level of the newest previous frame each position reads
-    # [B, 2T-1, V, 2, h, w] the motion prior added to each position's warp flow (with motion_prior_radius)
-    prior_flow: torch.Tensor | None = None
 
 
 @dataclass
@@ -77,8 +74,6 @@ class RolloutContext:
     history: dict | None  # every frame's DiT inputs so far (recompute path)
     next_index: int  # the next frame's time index
     last_clean: torch.Tensor  # [B, 1, V, C, h, w] the last frame before context noise (still pixels copy it)
-    # [B, 1, V, 2, h, w] the next frame's motion prior (with motion_prior_radius; None: off, or one frame)
-    motion: torch.Tensor | None = None
 
     def index(self) -> torch.Tensor:
         return torch.tensor([self.next_index], device=self.last.device)
@@ -101,11 +96,6 @@ class WorldModelConfig:
     # t = 0.5, where the answer must come from context and action rather than from the noisy frame itself;
     # a floor spends the training budget there.
     noise_floor: float = 0.0
-    # > 0: the warp of the previous frame (dit.warp_previous_frame) starts from the motion of the step before,
-    # found by block matching the two frames before (shifts up to this many pixels; `motion_prior`), and the
-    # network's flow is added to it. The push model moved a cube that had moved ~1.1 px in the step before
-    # by ~0.4 px (one-step slope 0.36; docs/experiments.md 2026-11-27). 0: the flow is the network's alone.
-    motion_prior_radius: int = 0
     # Context frames carry a little noise in training (noise level ~ U(0, max)) so the model learns not to
     # trust its own slightly-wrong past frames; rollouts noise their context at `context_noise_rollout`.
     context_noise_max: float = 0.1
@@ -228,13 +218,6 @@ class WorldModelConfig:
             raise ValueError(f"motion_loss_span={self.motion_loss_span!r} must be 'frame' or 'window'")
         if not 0 <= self.action_dropout < 1:
             raise ValueError(f"action_dropout={self.action_dropout} must lie in [0, 1)")
-        if self.motion_prior_radius < 0:
-            raise ValueError(f"motion_prior_radius={self.motion_prior_radius} must be >= 0")
-        if self.motion_prior_radius and (not self.dit.warp_previous_frame or self.autoencoder.path):
-            raise ValueError(
-                "motion_prior_radius moves pixels: it needs dit.warp_previous_frame=true and no autoencoder "
-                f"(autoencoder.path={self.autoencoder.path!r})"
-            )
 
 
 def moved_pixels(previous: torch.Tensor, current: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -654,18 +637,6 @@ class WorldModel(nn.Module):
         has_action[:, 0] = False
         # [B, T+1, ...]: position i reads frames i-1, i-2, ...; a target frame i reads what context frame i does
         prev = self.previous_frames(clean, base, ctx_t)
-        prior = None
-        if self.cfg.motion_prior_radius:
-            # Target i (frames 1..T-1) continues the motion from frame i-2 to i-1, matched on noise-free frames
-            # (a rollout's context is noise-free); the first target has one frame before it, and context
-            # positions' outputs are never read: zero there.
-            frames = clean if base is None else base
-            prior = torch.zeros(*frames.shape[:3], 2, *frames.shape[-2:], device=dev, dtype=frames.dtype)
-            if t_len > 2:
-                moved = motion_prior(frames[:, 1:-1], frames[:, :-2], self.cfg.motion_prior_radius)
-                prior = torch.cat([prior, prior[:, :1], moved], 1)
-            else:
-                prior = torch.cat([prior, prior[:, 1:]], 1)
         return TeacherForcedConditioners(
             prev=torch.cat([prev[:, :t_len], prev[:, 1:t_len]], 1),
             actions=torch.cat([lead_actions, lead_actions[:, 1:]], 1),
@@ -674,7 +645,6 @@ class WorldModel(nn.Module):
             target_t=target_t,
             index=torch.cat([torch.arange(t_len, device=dev), torch.arange(1, t_len, device=dev)]),
             prev_t=torch.cat([ctx_t[:, :1], ctx_t[:, :-1], ctx_t[:, :-1]], 1),
-            prior_flow=prior,
         )
 
     def previous_frames(
@@ -720,7 +690,6 @@ class WorldModel(nn.Module):
             teacher_forced=True,
             return_tokens=True,
             prev_t=cond.prev_t,
-            prior_flow=cond.prior_flow,
         )
         return out[:, clean.shape[1] :], tokens[:, clean.shape[1] :]
 
@@ -939,8 +908,7 @@ class WorldModel(nn.Module):
         cache, history = self._context_pass(
             clean, prev[:, :c], a_ctx, valid, torch.arange(c, device=dev), None, empty
         )
-        motion = self._motion(x[:, -1:], x[:, -2:-1]) if c > 1 else None
-        return RolloutContext(clean[:, -1:], prev[:, c:], previous, cache, history, c, x[:, -1:], motion)
+        return RolloutContext(clean[:, -1:], prev[:, c:], previous, cache, history, c, x[:, -1:])
 
     def rollout_step(
         self,
@@ -995,15 +963,7 @@ class WorldModel(nn.Module):
         prev, index, history = context.previous, context.index(), context.history
         if history is None:
             out, _ = self.dit(
-                inp,
-                prev,
-                a,
-                valid,
-                tt,
-                index,
-                kv_cache=context.cache,
-                prev_t=self._rollout_prev_t(tt),
-                prior_flow=context.motion,
+                inp, prev, a, valid, tt, index, kv_cache=context.cache, prev_t=self._rollout_prev_t(tt)
             )
         else:
             t_all = torch.cat([history["t"], tt], 1)
@@ -1015,9 +975,6 @@ class WorldModel(nn.Module):
                 t_all,
                 torch.cat([history["index"], index]),
                 prev_t=self._rollout_prev_t(t_all),
-                prior_flow=None
-                if context.motion is None
-                else self._last_only(context.motion, t_all.shape[1]),
             )
             out = out[:, -1:]
         return self.wrap_model_output(out, x_t, tt)
@@ -1045,8 +1002,7 @@ class WorldModel(nn.Module):
         )
         # the next frame reads this one, then the newest k-1 of what this one read
         previous = torch.cat([clean, context.previous[:, :, :, : -clean.shape[3]]], 3)
-        motion = self._motion(x0, context.last_clean)
-        return RolloutContext(clean, previous, a_norm, cache, history, context.next_index + 1, x0, motion)
+        return RolloutContext(clean, previous, a_norm, cache, history, context.next_index + 1, x0)
 
     def judge_frame(
         self,
@@ -1060,17 +1016,6 @@ class WorldModel(nn.Module):
         probability [B] of the transition into it."""
         out = self.outcomes(pixels, task, state, first)
         return out["reward"], torch.sigmoid(out["success_logit"])
-
-    def _motion(self, newest: torch.Tensor, older: torch.Tensor) -> torch.Tensor | None:
-        """The next frame's motion prior from the last two noise-free frames [B, 1, ...] (None when off)."""
-        radius = self.cfg.motion_prior_radius
-        return motion_prior(newest, older, radius) if radius else None
-
-    @staticmethod
-    def _last_only(motion: torch.Tensor, frames: int) -> torch.Tensor:
-        """motion [B, 1, ...] as the last of `frames` positions, zero before (the recompute path re-runs the
-        history, whose outputs are not read)."""
-        return torch.cat([motion.new_zeros(motion.shape[0], frames - 1, *motion.shape[2:]), motion], 1)
 
     def _rollout_prev_t(self, t: torch.Tensor) -> torch.Tensor:
         """The previous frames' noise level in a rollout, shaped like t [B, F]: every frame a rollout keeps
