@@ -92,6 +92,12 @@ class RLSettingConfig:
             )
 
 
+def _world_model_config(cfg: RLSettingConfig) -> list[str]:
+    """Every train_world_model.py stage's config: tiny.yaml, then the overrides. Each stage loads the weights
+    of the one before, so they must all describe the same model."""
+    return ["--config=configs/world_model/tiny.yaml", *cfg.world_model_overrides]
+
+
 def _resume(output_dir: Path) -> list[str]:
     """A training stage interrupted after a checkpoint goes on from it (training resumes exactly)."""
     return ["--resume=true"] if (output_dir / "checkpoints" / "last").exists() else []
@@ -129,8 +135,7 @@ def _fit_heads(cfg: RLSettingConfig, name: str, data: Path, init_from: Path, ste
         name,
         "train_world_model.py",
         [
-            "--config=configs/world_model/tiny.yaml",
-            *cfg.world_model_overrides,
+            *_world_model_config(cfg),
             f"--dataset.root={data}",
             f"--init_from={init_from}",
             "--heads_only=true",
@@ -177,8 +182,7 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
             "train world model",
             "train_world_model.py",
             [
-                "--config=configs/world_model/tiny.yaml",
-                *cfg.world_model_overrides,
+                *_world_model_config(cfg),
                 f"--dataset.root={wm_data}",
                 f"--train.steps={cfg.world_model_steps}",
                 f"--output_dir={wm}",
@@ -211,8 +215,7 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
                     "train world model longer (heads frozen)",
                     "train_world_model.py",
                     [
-                        "--config=configs/world_model/tiny.yaml",
-                        *cfg.world_model_overrides,
+                        *_world_model_config(cfg),
                         f"--dataset.root={wm_data}",
                         f"--init_from={heads_model(cfg, root)}",
                         "--freeze_heads=true",  # the heads as fitted, their config and threshold too
