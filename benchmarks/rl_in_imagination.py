@@ -221,6 +221,8 @@ def seed_figures(ft_cfg: FinetunePolicyConfig, summary: dict, bc: dict, final: d
         "kept_iteration": None if after is None else after["iteration"],
         # imagined - sim success at the kept weights, on the in-loop held-out evaluation
         "imagined_minus_sim_at_kept": None if after is None else after["gap"],
+        # the judge's verdicts on the training rollouts (None: the closed loop)
+        "training_rollouts": summary.get("training_rollouts"),
         "in_loop_evaluations": summary["evaluations"],
         "learning_curve_png": None
         if ft_cfg.loop.rounds

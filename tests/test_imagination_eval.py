@@ -147,7 +147,14 @@ def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_mode
     assert 0 < summary["cpu_seconds"] and 0 < summary["wall_seconds"]
     assert (tmp_path / "ft" / "pretrained_model" / "model.safetensors").is_file()
     assert (tmp_path / "ft" / "learning_curve.png").is_file()
-    assert len((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()) == 2
+    history = [json.loads(line) for line in (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()]
+    assert len(history) == 2
+    # the summary's training-rollout figures are the iterations' own, averaged
+    rollouts = summary["training_rollouts"]
+    assert rollouts["imagined_success_mean"] == pytest.approx(sum(h["imagined/success"] for h in history) / 2)
+    assert rollouts["mixed_starts_mean"] == pytest.approx(
+        sum(h["imagined/mixed_starts"] for h in history) / 2
+    )
 
 
 @pytest.mark.slow  # three GRPO iterations with evaluation: ~12 s on the shared machine

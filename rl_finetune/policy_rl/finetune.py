@@ -393,6 +393,8 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         "wall_seconds": time.perf_counter() - t0,
         "cpu_seconds": None if c0 is None else time.process_time() - c0,
         "stopped": stopped,
+        # what the judge said of the training rollouts: NFT / GRPO learn only from starts with mixed outcomes
+        "training_rollouts": training_rollout_figures(history),
         "before": evaluations[0],
         "after": after,
         "kept": cfg.eval.keep,
@@ -402,6 +404,19 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     save_json(summary, out / "summary.json")
     plot_learning_curve(history, evaluations, out / "learning_curve.png", trainer.algorithm)
     return summary
+
+
+def training_rollout_figures(history: list[dict]) -> dict:
+    """Imagined success and the share of start states with mixed outcomes, averaged over the iterations run."""
+
+    def mean(key: str) -> float | None:
+        values = [h[key] for h in history if key in h]
+        return sum(values) / len(values) if values else None
+
+    return {
+        "imagined_success_mean": mean("imagined/success"),
+        "mixed_starts_mean": mean("imagined/mixed_starts"),
+    }
 
 
 def plot_learning_curve(
