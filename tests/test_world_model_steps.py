@@ -60,7 +60,7 @@ def test_compute_loss_is_the_weighted_sum_of_its_steps(self_forcing):
         assert torch.equal(replaced.clean[:, 0], noised.clean[:, 0])  # frame 0 is always the real one
         noised = replaced
     cond = model.compute_conditioners(noised.clean, noised.ctx_t, noised.target_t, a, keep)
-    out = model.compute_model_output(noised.clean, noised.noisy, cond)[0]
+    out, _ = model.compute_model_output(noised.clean, noised.noisy, cond)
     assert out.shape == x[:, 1:].shape
     diffusion, x0_mse = model.diffusion_loss(out, noised)
     heads = model.outcome_heads_loss(pixels, outcomes, state, task, None)
@@ -139,7 +139,7 @@ def test_training_steps_see_a_target_as_the_rollout_steps_see_the_next_frame(
         assert torch.equal(noised.clean, x)
         keep = torch.ones_like(noised.target_t, dtype=torch.bool)
         cond = model.compute_conditioners(noised.clean, noised.ctx_t, noised.target_t, a, keep)
-        out = model.compute_model_output(noised.clean, noised.noisy, cond)[0]
+        out, _ = model.compute_model_output(noised.clean, noised.noisy, cond)
         trained = model.wrap_model_output(out, noised.noisy, noised.target_t)
         for i in range(1, 5):  # target frame i after context frames 0..i-1 (more than dit.context_frames)
             context = model.encode_context(frames[:, :i, None], actions[:, : i - 1])
@@ -249,45 +249,3 @@ def test_previous_noise_conditioning_starts_as_the_model_without_it_and_reads_th
         clean = cond.dit(*args, torch.arange(1), prev_t=torch.zeros(1, 1))[0]
         noisy = cond.dit(*args, torch.arange(1), prev_t=torch.full((1, 1), 0.4))[0]
     assert not torch.allclose(clean, noisy)
-
-
-def test_warp_loss_is_added_with_its_weight_and_reaches_the_flow():
-    dit = dict(residual_to_previous_frame=True, warp_previous_frame=True)
-    frames, actions, outcomes, state = window()
-    losses = {}
-    for weight in (0.0, 2.0):
-        model = tiny_model(dit=dit, warp_loss_weight=weight).train()
-        torch.manual_seed(7)
-        losses[weight], logs = model.compute_loss(frames, actions, outcomes, state, ["push", "pick"])
-    assert "loss/warp" in logs
-    torch.testing.assert_close(losses[2.0] - losses[0.0], torch.tensor(2.0 * logs["loss/warp"]))
-    model.zero_grad()
-    torch.manual_seed(7)
-    _, x, _ = model.encode_window(frames, actions)
-    noised = model.noise_window(x)
-    keep = torch.ones(2, 3, dtype=torch.bool)
-    cond = model.compute_conditioners(
-        noised.clean, noised.ctx_t, noised.target_t, torch.zeros(2, 4, 4), keep, x
-    )
-    flow_xy = model.compute_model_output(noised.clean, noised.noisy, cond)[2]
-    assert flow_xy.shape == (2, 3, 1, 2, SIZE, SIZE)
-    model.warp_loss(flow_xy, x, x).backward()
-    grad = model.dit.final.weight.grad.view(4 * 4, 5, -1)  # [pixels of a patch, channels, width]
-    assert grad[:, 3:].abs().sum() > 0  # the flow's rows learn from it
-    assert grad[:, :3].abs().sum() == 0  # the change's rows do not
-
-
-def test_warp_loss_is_lowest_at_the_true_move():
-    before = torch.zeros(1, 2, 1, 3, SIZE, SIZE)
-    before[..., 6:10, 4:8] = 1.0
-    after = torch.roll(before, 2, dims=-1)  # the square moved 2 px right
-    x = torch.cat([before[:, :1], after[:, :1]], 1)
-    flow_xy = torch.zeros(1, 1, 1, 2, SIZE, SIZE)
-    still = WorldModel.warp_loss(flow_xy, x, x)
-    flow_xy[:, :, :, 0] = -2.0  # out[y, x] = before[y, x - 2]
-    assert WorldModel.warp_loss(flow_xy, x, x) < 1e-6 < still
-
-
-def test_warp_loss_needs_the_warp():
-    with pytest.raises(ValueError, match="warp_loss_weight=1.0 .* dit.warp_previous_frame"):
-        WorldModelConfig(dit=VideoDiTConfig(residual_to_previous_frame=True), warp_loss_weight=1.0).validate()

@@ -284,7 +284,7 @@ class VideoDiT(nn.Module):
         time_index: torch.Tensor,
         teacher_forced: bool = False,
         kv_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-        return_internals: bool = False,
+        return_tokens: bool = False,
         prev_t: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """Denoise F frames.
@@ -295,9 +295,8 @@ class VideoDiT(nn.Module):
         block the keys/values of earlier frames these frames attend to; prev_t [B, F]: the noise level of the
         newest previous frame each frame reads (read with condition_on_previous_noise; None: 0).
         Returns the output [B, F, V, C, H, W] and per block the keys/values of these frames (for appending
-        to a cache); with `return_internals`, also the last block's tokens [B, F, frame_len, D] (what auxiliary
-        heads on the frames being drawn read) and the warp's flow [B, F, V, 2, H, W] (x then y, pixels; None
-        without warp_previous_frame).
+        to a cache); with `return_tokens`, also the last block's tokens [B, F, frame_len, D] (what auxiliary
+        heads on the frames being drawn read).
         """
         cfg = self.cfg
         b, nf, nv, c, hgt, wid = x.shape
@@ -318,7 +317,6 @@ class VideoDiT(nn.Module):
         shift, scale = self.final_ada(F.silu(cond)).chunk(2, -1)
         h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)
         out = self._unpatchify(self.final(h), b, nf)
-        flow = None
         if cfg.residual_to_previous_frame:
             base = prev[:, :, :, :c]
             if cfg.warp_previous_frame:
@@ -328,8 +326,8 @@ class VideoDiT(nn.Module):
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
             out = out + self.refine_output(both, cond).view_as(out)
-        if return_internals:
-            return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width), flow
+        if return_tokens:
+            return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width)
         return out, new_kv
 
     def refine_output(self, frames: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ from worldloop.data.features import ACTION, ENVIRONMENT_STATE, STATE
 from worldloop.data.stats import ENVIRONMENT_MOTION, Normalizer, Stats, load_stats, save_stats
 from worldloop.world_model import flow
 from worldloop.world_model.codec import AutoencoderConfig, FrameCodec
-from worldloop.world_model.dit import VideoDiT, VideoDiTConfig, warp
+from worldloop.world_model.dit import VideoDiT, VideoDiTConfig
 from worldloop.world_model.heads import OutcomeHeads, OutcomeHeadsConfig
 from worldloop.world_model.idm import InverseDynamicsConfig, InverseDynamicsModel
 from worldloop.world_model.metrics import moving_mask
@@ -146,12 +146,6 @@ class WorldModelConfig:
     # is drawn. `object_state_dim` (E) is set by training from the dataset.
     object_state_weight: float = 0.0
     object_state_dim: int = 0
-    # Flow photometric loss (`warp_loss_weight` = w > 0, with dit.warp_previous_frame): the noise-free
-    # previous frame moved by the predicted flow alone is compared with the real next frame (MSE), added with
-    # weight w. Otherwise the flow learns only from what the change added after the warp leaves over, and the
-    # change can draw a move as a blend of where the cube was and where it went: on push the flow at the
-    # cube's pixels was 0.28 of the true move one step ahead (docs/experiments.md, 2026-11-27). Training only.
-    warp_loss_weight: float = 0.0
     action_dropout: float = 0.0  # > 0 trains the unconditional model for classifier-free guidance
     head_loss_weight: float = 0.1
     idm_loss_weight: float = 1.0
@@ -219,11 +213,6 @@ class WorldModelConfig:
             raise ValueError(
                 f"object_state_weight={self.object_state_weight} must be >= 0, and > 0 needs object_state_dim "
                 f"(the size of observation.environment_state) >= 1, got {self.object_state_dim}"
-            )
-        if self.warp_loss_weight < 0 or (self.warp_loss_weight > 0 and not self.dit.warp_previous_frame):
-            raise ValueError(
-                f"warp_loss_weight={self.warp_loss_weight} must be >= 0, and > 0 needs dit.warp_previous_frame "
-                f"(the flow it trains), got {self.dit.warp_previous_frame}"
             )
         if self.motion_loss_span not in ("frame", "window"):
             raise ValueError(f"motion_loss_span={self.motion_loss_span!r} must be 'frame' or 'window'")
@@ -473,8 +462,8 @@ class WorldModel(nn.Module):
         noised) earlier frames, the same view it has in a KV-cache rollout.
         Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
         compute_conditioners, compute_model_output, diffusion_loss (through wrap_model_output),
-        outcome_heads_loss (with outcomes), object_state_loss (with object_state_weight), warp_loss (with
-        warp_loss_weight), self_rollout_loss (with self_rollout_frames), idm_loss.
+        outcome_heads_loss (with outcomes), object_state_loss (with object_state_weight), self_rollout_loss
+        (with self_rollout_frames), idm_loss.
         """
         cfg = self.cfg
         if cfg.object_state_weight > 0 and environment_state is None:
@@ -489,7 +478,7 @@ class WorldModel(nn.Module):
             window = self.self_force_context(window, a)
         base = window.x if window.base is None else window.base
         cond = self.compute_conditioners(window.clean, window.ctx_t, window.target_t, a, keep, base=base)
-        out, tokens, flow_xy = self.compute_model_output(window.clean, window.noisy, cond)
+        out, tokens = self.compute_model_output(window.clean, window.noisy, cond)
         weights = self.motion_weights(x)
         loss, x0_mse = self.diffusion_loss(out, window, weights)
         logs = {"loss/diffusion": loss.item(), "loss/x0_mse": x0_mse.item()}
@@ -497,10 +486,6 @@ class WorldModel(nn.Module):
             object_loss = self.object_state_loss(tokens, environment_state)
             loss = loss + cfg.object_state_weight * object_loss
             logs["loss/object_state"] = object_loss.item()
-        if cfg.warp_loss_weight > 0:
-            warp_loss = self.warp_loss(flow_xy, base, x)
-            loss = loss + cfg.warp_loss_weight * warp_loss
-            logs["loss/warp"] = warp_loss.item()
         if outcomes:
             head_loss = self.outcome_heads_loss(pixels, outcomes, state, task, first_frame)
             loss = loss + cfg.head_loss_weight * head_loss
@@ -685,18 +670,17 @@ class WorldModel(nn.Module):
 
     def compute_model_output(
         self, clean: torch.Tensor, noisy: torch.Tensor, cond: TeacherForcedConditioners
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One teacher-forced DiT pass: context frames clean [B, T, ...] and noisy targets
         [B, T-1, ...] scaled for the parameterisation -> the raw output for the targets [B, T-1, ...] (in the
-        parameterisation's own units: x0, velocity or the EDM network output), the targets' last-block
-        tokens [B, T-1, frame_len, D] and the targets' warp flow [B, T-1, V, 2, h, w] (None without
-        dit.warp_previous_frame)."""
+        parameterisation's own units: x0, velocity or the EDM network output) and the targets' last-block
+        tokens [B, T-1, frame_len, D]."""
         cfg = self.cfg
         sd, par = cfg.sigma_data, cfg.parameterisation
         seq = torch.cat(
             [flow.input_scale(clean, cond.ctx_t, par, sd), flow.input_scale(noisy, cond.target_t, par, sd)], 1
         )
-        out, _, tokens, flow_xy = self.dit(
+        out, _, tokens = self.dit(
             seq,
             cond.prev,
             cond.actions,
@@ -704,11 +688,10 @@ class WorldModel(nn.Module):
             torch.cat([cond.ctx_t, cond.target_t], 1),
             cond.index,
             teacher_forced=True,
-            return_internals=True,
+            return_tokens=True,
             prev_t=cond.prev_t,
         )
-        n = clean.shape[1]
-        return out[:, n:], tokens[:, n:], None if flow_xy is None else flow_xy[:, n:]
+        return out[:, clean.shape[1] :], tokens[:, clean.shape[1] :]
 
     def wrap_model_output(self, out: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """The DiT's raw output for frames x_t at noise levels t [B, F] -> their denoised estimate x0
@@ -768,13 +751,6 @@ class WorldModel(nn.Module):
         state = (s[:, 1:] - self.object_state_mean) / self.object_state_scale
         motion = (s[:, 1:] - s[:, :-1] - self.object_motion_mean) / self.object_motion_scale
         return 0.5 * (F.huber_loss(pred_state, state) + F.huber_loss(pred_motion, motion))
-
-    @staticmethod
-    def warp_loss(flow_xy: torch.Tensor, base: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """MSE of the targets' previous frames moved by their flow alone against the targets: flow_xy
-        [B, T-1, V, 2, h, w] (`compute_model_output`), base [B, T, ...] the noise-free frames the targets read
-        as previous (frame i - 1 for target i), x [B, T, ...] the real frames (encoded)."""
-        return F.mse_loss(warp(base[:, :-1], flow_xy), x[:, 1:])
 
     def idm_loss(self, pixels: torch.Tensor, a: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
         """The inverse dynamics' loss: actions 0..T-2 predicted from consecutive frames of pixels
