@@ -71,29 +71,6 @@ def test_conditioned_output_conv_moves_pixels_by_the_action_alone(views):
     assert not conditioned.refine_film.weight.any() and not conditioned.refine_film.bias.any()
 
 
-@pytest.mark.parametrize("conditioned", [False, True])
-def test_output_conv_reads_the_frame_being_denoised_only_when_configured(conditioned):
-    """With the transformer's output zeroed, the frame being denoised reaches the output only through the
-    output convolution's input path; a new one starts at zero (a fine-tuned model starts as it was)."""
-    x, prev, a, valid, t = dit_inputs(2, 3)
-    changed = {}
-    for reads in (False, True):
-        dit = randomise(
-            VideoDiT(dit_config(output_conv_conditioned=conditioned, output_conv_reads_input=reads))
-        )
-        with torch.no_grad():
-            dit.final.weight.zero_()
-            dit.final.bias.zero_()
-        out, _ = dit(x, prev, a, valid, t, torch.arange(3))
-        other, _ = dit(x + 1.0, prev, a, valid, t, torch.arange(3))
-        changed[reads] = (out - other).abs().max()
-    assert changed[False] == 0 and changed[True] > 1e-3
-    fresh = VideoDiT(dit_config(output_conv_conditioned=conditioned, output_conv_reads_input=True))
-    assert not fresh.refine_input.weight.any() and not fresh.refine_input.bias.any()
-    with pytest.raises(ValueError, match="output_conv_reads_input"):
-        dit_config(output_conv_channels=0, output_conv_reads_input=True).validate()
-
-
 def test_dit_rejects_wrong_frame_shape():
     dit = VideoDiT(dit_config())
     x, prev, a, valid, t = dit_inputs(1, 2)
@@ -217,14 +194,12 @@ def test_rollout_shapes_and_ranges():
         ("euler", False, True, 1),
         ("euler", False, True, 2),
         ("euler", False, False, "warp"),
-        ("euler", False, "input", "warp"),
     ],
 )
 def test_kv_cache_rollout_equals_recompute(method, action_delta, conditioned, previous):
     model = tiny_model(
         action_delta=action_delta,
-        output_conv_conditioned=conditioned is True,
-        output_conv_reads_input=conditioned == "input",
+        output_conv_conditioned=conditioned,
         previous_frames=1 if previous == "warp" else previous,
         warp_previous_frame=previous == "warp",
     )

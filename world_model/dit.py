@@ -71,12 +71,6 @@ class VideoDiTConfig:
     # patch; this path can move it where it is: with positions and the action side by side, "which way to
     # the commanded point" is a linear function of a pixel's features.
     output_conv_conditioned: bool = False
-    # The output convolution also reads the frame being denoised (its noisy input, full resolution; a
-    # zero-initialised convolution added to its first layer, so a model fine-tuned with it starts as the one
-    # it came from). Without it a frame's noisy pixels reach the output only through its 16-pixel patch
-    # tokens: on push, the one-step x0 estimate moved the cube 0.31 of its true move even from the true next
-    # frame noised at t = 0.3, where the new place is in plain view (docs/experiments.md, 2026-11-27).
-    output_conv_reads_input: bool = False
     # auto | sdpa | flex | triton (world_model/attention.py): auto runs our Triton kernel on CUDA (training and
     # rollouts), the dense-mask SDPA reference elsewhere.
     attention_backend: str = "auto"
@@ -97,10 +91,6 @@ class VideoDiTConfig:
             raise ValueError(
                 "dit.warp_previous_frame moves the residual's previous frame: it needs "
                 "dit.residual_to_previous_frame"
-            )
-        if self.output_conv_reads_input and not self.output_conv_channels:
-            raise ValueError(
-                "dit.output_conv_reads_input needs the output convolution: dit.output_conv_channels > 0"
             )
         if self.context_frames < 1:
             raise ValueError(f"dit.context_frames={self.context_frames} must be >= 1")
@@ -250,7 +240,7 @@ class VideoDiT(nn.Module):
         for layer in (self.final_ada, self.final):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
-        self.refine = self.refine_film = self.refine_input = None
+        self.refine = self.refine_film = None
         if cfg.output_conv_channels:
             c, h = cfg.channels, cfg.output_conv_channels
             coords = 2 if cfg.output_conv_conditioned else 0
@@ -263,10 +253,6 @@ class VideoDiT(nn.Module):
             )
             nn.init.zeros_(self.refine[-1].weight)
             nn.init.zeros_(self.refine[-1].bias)
-            if cfg.output_conv_reads_input:
-                self.refine_input = nn.Conv2d(c, h, 3, padding=1)
-                nn.init.zeros_(self.refine_input.weight)
-                nn.init.zeros_(self.refine_input.bias)
             if cfg.output_conv_conditioned:
                 self.refine_film = nn.Linear(d, 2 * h)  # zero-initialised: starts as the plain convolution
                 nn.init.zeros_(self.refine_film.weight)
@@ -339,34 +325,29 @@ class VideoDiT(nn.Module):
             out = out + base
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
-            out = out + self.refine_output(both, cond, x).view_as(out)
+            out = out + self.refine_output(both, cond).view_as(out)
         if return_tokens:
             return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width)
         return out, new_kv
 
-    def refine_output(self, frames: torch.Tensor, cond: torch.Tensor, noisy: torch.Tensor) -> torch.Tensor:
+    def refine_output(self, frames: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """The output convolution's correction for frames [B, F, V, C', H, W] (output, and previous frame when
-        configured) with the frames' conditioning cond [B, F, D] and the frames being denoised, noisy
-        [B, F, V, C, H, W] (read with output_conv_reads_input) -> [B * F * V, C, H, W]."""
+        configured) with the frames' conditioning cond [B, F, D] -> [B * F * V, C, H, W]."""
         b, nf, nv, _, hgt, wid = frames.shape
         # Channels-last: oneDNN's convolutions with these few channels ran 2x faster so on one CPU core
         # (forward and backward); the convolution was ~70% of a tiny.yaml training step.
         x = frames.flatten(0, 2)
-        if self.refine_film is None and self.refine_input is None:
+        if self.refine_film is None:
             return self.refine(x.contiguous(memory_format=torch.channels_last)).contiguous()
-        if self.refine_film is not None:
-            ys, xs = torch.meshgrid(
-                torch.linspace(-1, 1, hgt, device=x.device, dtype=x.dtype),
-                torch.linspace(-1, 1, wid, device=x.device, dtype=x.dtype),
-                indexing="ij",
-            )
-            x = torch.cat([x, torch.stack([xs, ys]).expand(x.shape[0], -1, -1, -1)], 1)
+        ys, xs = torch.meshgrid(
+            torch.linspace(-1, 1, hgt, device=x.device, dtype=x.dtype),
+            torch.linspace(-1, 1, wid, device=x.device, dtype=x.dtype),
+            indexing="ij",
+        )
+        x = torch.cat([x, torch.stack([xs, ys]).expand(x.shape[0], -1, -1, -1)], 1)
+        scale, shift = self.refine_film(cond).repeat_interleave(nv, 1).flatten(0, 1).chunk(2, -1)
         h = self.refine[0](x.contiguous(memory_format=torch.channels_last))
-        if self.refine_input is not None:
-            h = h + self.refine_input(noisy.flatten(0, 2).contiguous(memory_format=torch.channels_last))
-        if self.refine_film is not None:
-            scale, shift = self.refine_film(cond).repeat_interleave(nv, 1).flatten(0, 1).chunk(2, -1)
-            h = h * (1 + scale[..., None, None]) + shift[..., None, None]
+        h = h * (1 + scale[..., None, None]) + shift[..., None, None]
         return self.refine[2:](self.refine[1](h)).contiguous()
 
     def _patchify(self, x: torch.Tensor) -> torch.Tensor:
