@@ -249,3 +249,54 @@ def test_previous_noise_conditioning_starts_as_the_model_without_it_and_reads_th
         clean = cond.dit(*args, torch.arange(1), prev_t=torch.zeros(1, 1))[0]
         noisy = cond.dit(*args, torch.arange(1), prev_t=torch.full((1, 1), 0.4))[0]
     assert not torch.allclose(clean, noisy)
+
+
+def test_noise_free_residual_base_starts_the_residual_from_the_frame_without_its_context_noise():
+    """noise_free_residual_base: position i's residual starts from noise-free frame i-1 (frame 0 reads
+    itself), so the training loss changes with context noise on and is the plain one with it off; rollouts
+    with noise-free context are unchanged, and the cached and recomputed rollouts agree with noisy context."""
+    flagged = tiny_model(noise_free_residual_base=True, context_noise_max=0.5)
+    x = torch.rand(2, 4, 1, 3, SIZE, SIZE) * 2 - 1
+    clean = x + 0.1 * torch.randn_like(x)
+    cond = flagged.compute_conditioners(
+        clean,
+        torch.full((2, 4), 0.2),
+        torch.full((2, 3), 0.5),
+        torch.randn(2, 4, 4),
+        torch.ones(2, 3).bool(),
+        x,
+    )
+    reads = [0, 0, 1, 2, 0, 1, 2]  # context positions 0..3, then targets 1..3
+    for position, frame in enumerate(reads):
+        assert torch.equal(cond.residual_base[:, position], x[:, frame])
+    assert torch.equal(cond.prev[:, 2], clean[:, 1])  # the pixel paths still read the noised frame
+
+    plain = tiny_model(context_noise_max=0.5)
+    frames, actions, _, _ = window()
+    losses = {}
+    for name, model in (("flagged", flagged), ("plain", plain)):
+        for noise in (0.0, 0.5):
+            model.cfg.context_noise_max = noise
+            torch.manual_seed(7)
+            losses[name, noise] = model.compute_loss(frames, actions)[0]
+    assert torch.equal(losses["flagged", 0.0], losses["plain", 0.0])
+    assert not torch.allclose(losses["flagged", 0.5], losses["plain", 0.5])
+
+    ctx, ctx_a, fut = torch.rand(2, 3, 3, SIZE, SIZE), torch.randn(2, 2, 4), torch.randn(2, 4, 4)
+    for model in (flagged, plain):
+        model.cfg.context_noise_rollout = 0.0
+    same = [
+        m.rollout(ctx, ctx_a, fut, generator=torch.Generator().manual_seed(1))[0] for m in (flagged, plain)
+    ]
+    torch.testing.assert_close(*same)
+    flagged.cfg.context_noise_rollout = 0.1
+    cached, recomputed = (
+        flagged.rollout(ctx, ctx_a, fut, generator=torch.Generator().manual_seed(1), use_cache=c)[0]
+        for c in (True, False)
+    )
+    torch.testing.assert_close(cached, recomputed, rtol=1e-4, atol=1e-4)
+    plain.cfg.context_noise_rollout = 0.1
+    other = plain.rollout(ctx, ctx_a, fut, generator=torch.Generator().manual_seed(1))[0]
+    assert not torch.allclose(cached, other)
+    with pytest.raises(ValueError, match="needs dit.residual_to_previous_frame"):
+        tiny_model({"residual_to_previous_frame": False}, noise_free_residual_base=True).cfg.validate()

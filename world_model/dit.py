@@ -286,6 +286,7 @@ class VideoDiT(nn.Module):
         kv_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
         return_tokens: bool = False,
         prev_t: torch.Tensor | None = None,
+        base: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """Denoise F frames.
 
@@ -293,7 +294,9 @@ class VideoDiT(nn.Module):
         newest first (when configured); actions
         [B, F, A]; action_valid, t: [B, F]; time_index: [F] frame indices (for rotary time); kv_cache: per
         block the keys/values of earlier frames these frames attend to; prev_t [B, F]: the noise level of the
-        newest previous frame each frame reads (read with condition_on_previous_noise; None: 0).
+        newest previous frame each frame reads (read with condition_on_previous_noise; None: 0); base
+        [B, F, V, C, H, W]: the frame each frame's residual starts from (residual_to_previous_frame; None: the
+        newest frame of prev).
         Returns the output [B, F, V, C, H, W] and per block the keys/values of these frames (for appending
         to a cache); with `return_tokens`, also the last block's tokens [B, F, frame_len, D] (what auxiliary
         heads on the frames being drawn read).
@@ -318,7 +321,7 @@ class VideoDiT(nn.Module):
         h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)
         out = self._unpatchify(self.final(h), b, nf)
         if cfg.residual_to_previous_frame:
-            base = prev[:, :, :, :c]
+            base = prev[:, :, :, :c] if base is None else base
             if cfg.warp_previous_frame:
                 out, flow = out[:, :, :, :c], out[:, :, :, c:]
                 base = warp(base, flow)

@@ -59,6 +59,8 @@ class TeacherForcedConditioners:
     target_t: torch.Tensor  # [B, T-1] the targets' noise levels
     index: torch.Tensor  # [2T-1] each position's time index (0..T-1, then 1..T-1)
     prev_t: torch.Tensor  # [B, 2T-1] the noise level of the newest previous frame each position reads
+    # [B, 2T-1, V, C, h, w] the frame each position's residual starts from (None: the newest of prev)
+    residual_base: torch.Tensor | None = None
 
 
 @dataclass
@@ -106,6 +108,12 @@ class WorldModelConfig:
     # backwards one step ahead (slope -0.3, docs/experiments.md 2026-11-26). Rollouts need
     # context_noise_rollout 0 (they read clean frames, where both coincide).
     previous_frames_share_noise: bool = False
+    # With dit.residual_to_previous_frame in training, the residual (and the warp) start from the previous frame
+    # without its context noise (the real frame, or self-forcing's own estimate of it); the patch input and
+    # the output convolution still read it noised. With context_noise_rollout 0 a rollout's previous frame is
+    # noise-free anyway: trained on the noised one, the residual learns to rescale and denoise a frame that
+    # is never noisy where it is used, and in a rollout it smooths clean frames (push: drawn cubes blurred).
+    noise_free_residual_base: bool = False
     # Share of training windows whose context frames 1..T-1 are replaced by the model's own estimates of them
     # (one no-grad teacher-forced pass, noise levels where a few-step sampler works). Teacher forcing alone
     # never shows the model its own errors, so in a rollout they pile up frame after frame; with its own
@@ -175,6 +183,8 @@ class WorldModelConfig:
                 f"previous_frames_share_noise trains on older frames that share the newest one's noise; rollouts "
                 f"noise each frame on its own, so it needs context_noise_rollout=0, got {self.context_noise_rollout}"
             )
+        if self.noise_free_residual_base and not self.dit.residual_to_previous_frame:
+            raise ValueError("noise_free_residual_base needs dit.residual_to_previous_frame")
         if self.dit.residual_to_previous_frame and self.parameterisation != "x0":
             raise ValueError(
                 f"dit.residual_to_previous_frame adds the previous frame to an x0 prediction; "
@@ -637,6 +647,11 @@ class WorldModel(nn.Module):
         has_action[:, 0] = False
         # [B, T+1, ...]: position i reads frames i-1, i-2, ...; a target frame i reads what context frame i does
         prev = self.previous_frames(clean, base, ctx_t)
+        residual_base = None
+        if self.cfg.noise_free_residual_base:
+            source = clean if base is None else base
+            newest = torch.cat([source[:, :1], source[:, :-1]], 1)  # position i reads frame i-1 (0 reads 0)
+            residual_base = torch.cat([newest, newest[:, 1:]], 1)
         return TeacherForcedConditioners(
             prev=torch.cat([prev[:, :t_len], prev[:, 1:t_len]], 1),
             actions=torch.cat([lead_actions, lead_actions[:, 1:]], 1),
@@ -645,6 +660,7 @@ class WorldModel(nn.Module):
             target_t=target_t,
             index=torch.cat([torch.arange(t_len, device=dev), torch.arange(1, t_len, device=dev)]),
             prev_t=torch.cat([ctx_t[:, :1], ctx_t[:, :-1], ctx_t[:, :-1]], 1),
+            residual_base=residual_base,
         )
 
     def previous_frames(
@@ -690,6 +706,7 @@ class WorldModel(nn.Module):
             teacher_forced=True,
             return_tokens=True,
             prev_t=cond.prev_t,
+            base=cond.residual_base,
         )
         return out[:, clean.shape[1] :], tokens[:, clean.shape[1] :]
 
@@ -961,12 +978,23 @@ class WorldModel(nn.Module):
         tt = torch.full((x_t.shape[0], 1), t, device=x_t.device)
         inp = flow.input_scale(x_t, tt, cfg.parameterisation, cfg.sigma_data)
         prev, index, history = context.previous, context.index(), context.history
+        base = context.last_clean if cfg.noise_free_residual_base else None
         if history is None:
             out, _ = self.dit(
-                inp, prev, a, valid, tt, index, kv_cache=context.cache, prev_t=self._rollout_prev_t(tt)
+                inp,
+                prev,
+                a,
+                valid,
+                tt,
+                index,
+                kv_cache=context.cache,
+                prev_t=self._rollout_prev_t(tt),
+                base=base,
             )
         else:
             t_all = torch.cat([history["t"], tt], 1)
+            if base is not None:  # the history's own outputs are dropped: any base of the right shape does
+                base = torch.cat([history["prev"][:, :, :, : base.shape[3]], base], 1)
             out, _ = self.dit(
                 torch.cat([history["x"], inp], 1),
                 torch.cat([history["prev"], prev], 1),
@@ -975,6 +1003,7 @@ class WorldModel(nn.Module):
                 t_all,
                 torch.cat([history["index"], index]),
                 prev_t=self._rollout_prev_t(t_all),
+                base=base,
             )
             out = out[:, -1:]
         return self.wrap_model_output(out, x_t, tt)
