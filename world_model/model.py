@@ -648,10 +648,9 @@ class WorldModel(nn.Module):
         # [B, T+1, ...]: position i reads frames i-1, i-2, ...; a target frame i reads what context frame i does
         prev = self.previous_frames(clean, base, ctx_t)
         residual_base = None
-        if self.cfg.noise_free_residual_base:
-            source = clean if base is None else base
-            newest = torch.cat([source[:, :1], source[:, :-1]], 1)  # position i reads frame i-1 (0 reads 0)
-            residual_base = torch.cat([newest, newest[:, 1:]], 1)
+        if self.cfg.noise_free_residual_base:  # what `prev` reads newest, from the noise-free frames
+            newest = self.previous_frames(clean if base is None else base)[:, :, :, : clean.shape[3]]
+            residual_base = torch.cat([newest[:, :t_len], newest[:, 1:t_len]], 1)
         return TeacherForcedConditioners(
             prev=torch.cat([prev[:, :t_len], prev[:, 1:t_len]], 1),
             actions=torch.cat([lead_actions, lead_actions[:, 1:]], 1),
