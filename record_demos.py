@@ -1,5 +1,6 @@
 """Record scripted-expert demonstrations from the MuJoCo tabletop suite into a local LeRobotDataset v3,
-or the sim episodes of trained policies (their failures included) next to existing data.
+the sim episodes of trained policies (their failures included) next to existing data, or recorded action
+sequences played in the sim.
 
 python record_demos.py --config configs/record/tiny.yaml
 python record_demos.py --task=reach --episodes=100 --skill_range="[0.2, 1.0]" --root=outputs/datasets/mix
@@ -9,6 +10,9 @@ python record_demos.py --task=push --episodes=400 --skill_range="[0.0, 1.0]" --c
     --terminate_on_success=false --environment_state=true --root=outputs/data/push_wm  # world-model data
 python record_demos.py --task=reach --episodes=400 --seed=5000 --skill_range="[0.2, 1.0]" \
     --include="[outputs/datasets/mix]" --root=outputs/datasets/mix_grown   # more of the same, one dataset
+python record_demos.py --task=push --cameras=[front] --terminate_on_success=false --environment_state=true \
+    --replay="[outputs/eval/<policy>/imagined_actions.jsonl]" --root=outputs/datasets/imagined_in_sim  # what
+    # a policy's imagined actions do in the sim
 python record_demos.py --task=pusht --cameras=[top] --image_size=96 --max_steps=100 --episodes=300 \
     --skill_range="[0.0, 1.0]" --root=outputs/datasets/pusht   # LeRobot's gym-pusht, a scripted pusher
 """

@@ -14,6 +14,7 @@ length per episode; the expert's skill too for scripted recordings).
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -64,6 +65,11 @@ class RecordingConfig:
     # tracking in drawn frames is scored against). A feature of the dataset: recordings merged with
     # `include` (and deployment recordings) must agree on it.
     environment_state: bool = False
+    # Play these action sequences instead of the scripted expert: JSON-lines files of one episode a line,
+    # {"seed": env seed, "actions": [[joint targets], ...]}, e.g. the `imagined_actions.jsonl` that imagination
+    # evaluation writes for each policy: what those very actions do in the simulator. Each episode runs
+    # `max_steps` steps, the last action held when the list is shorter; `episodes` and `seed` are not read.
+    replay: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         if self.episodes < 1:
@@ -88,11 +94,13 @@ class RecordingConfig:
                 raise ValueError(
                     f"RecordingConfig.cameras={self.cameras}: task=pusht records one camera, pass --cameras=[top]"
                 )
-            if self.policies:
+            if self.policies or self.replay:
                 raise ValueError(
-                    "RecordingConfig.policies: recording policies runs the tabletop sim, not task=pusht"
+                    "RecordingConfig.policies / replay: they run the tabletop sim, not task=pusht"
                 )
             return
+        if self.policies and self.replay:
+            raise ValueError("RecordingConfig: record --policies or --replay, not both")
         self.env_config().validate()
 
     def env_config(self) -> TabletopEnvConfig:
@@ -178,24 +186,66 @@ def record_actor_episodes(
 
 
 def record_demos(cfg: RecordingConfig) -> Path:
-    """Record `cfg.episodes` scripted-expert episodes into a new dataset at `cfg.root`, after the episodes of
+    """Record `cfg.episodes` scripted-expert episodes (or the `cfg.replay` ones) into a new dataset at `cfg.root`, after the episodes of
     `cfg.include` (the new ones are recorded apart, then merged); returns the root. An interruption keeps
     the episodes completed so far (in `cfg.root`, or in `recording_part(root)` with `include`)."""
     cfg.validate()
     root = Path(cfg.root)
     prepare_root(root, cfg.overwrite)
     if not cfg.include:
-        return _record_scripted(cfg, root)
+        return _record_episodes(cfg, root)
     part = recording_part(root)
     shutil.rmtree(part, ignore_errors=True)
-    _record_scripted(cfg, part)  # an interruption leaves its episodes there and merges nothing
+    _record_episodes(cfg, part)  # an interruption leaves its episodes there and merges nothing
     grow_dataset([*cfg.include, part], root, cfg.repo_id)
     shutil.move(part / RECORDING_META, root / RECORDING_META)
     shutil.rmtree(part)
     return root
 
 
-def _record_scripted(cfg: RecordingConfig, root: Path) -> Path:
+def read_replays(paths: Sequence[str | Path]) -> list[tuple[int, np.ndarray, str]]:
+    """The episodes of `RecordingConfig.replay` files: (seed, actions [T, A], file) each, in file order."""
+    episodes = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"RecordingConfig.replay: {path} does not exist")
+        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                seed, actions = int(record["seed"]), np.asarray(record["actions"], dtype=np.float32)
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(
+                    f'{path}, line {n}: expected {{"seed": int, "actions": [[...], ...]}} ({e})'
+                ) from e
+            if actions.ndim != 2 or len(actions) == 0:
+                raise ValueError(f"{path}, line {n}: actions must be a non-empty [steps, action_dim] list")
+            episodes.append((seed, actions, str(path)))
+    if not episodes:
+        raise ValueError(f"RecordingConfig.replay: no episodes in {list(paths)}")
+    return episodes
+
+
+class ActionReplay:
+    """An actor (`record_episode`) that plays `actions` [T, A] step by step, then holds the last one."""
+
+    def __init__(self) -> None:
+        self.actions = np.zeros((1, 0), dtype=np.float32)
+        self.step = 0
+
+    def reset(self, seed: int | None = None) -> None:
+        self.step = 0
+
+    def act(self) -> np.ndarray:
+        action = self.actions[min(self.step, len(self.actions) - 1)]
+        self.step += 1
+        return action
+
+
+def _record_episodes(cfg: RecordingConfig, root: Path) -> Path:
+    if cfg.replay:
+        return _record_replays(cfg, root)
     if cfg.task == "pusht":
         from worldloop.sim.pusht import record_pusht
 
@@ -211,6 +261,38 @@ def _record_scripted(cfg: RecordingConfig, root: Path) -> Path:
             for i, skill in enumerate(bar):
                 expert.config = ExpertConfig(skill=float(skill))
                 record_episode(env, expert, writer, cfg.seed + i, skill=float(skill))
+                bar.set_postfix(success=f"{np.mean([e['success'] for e in writer.episodes]):.0%}")
+    finally:
+        env.close()
+    return root
+
+
+def _record_replays(cfg: RecordingConfig, root: Path) -> Path:
+    episodes = read_replays(cfg.replay)
+    env = TabletopEnv(cfg.env_config())
+    try:
+        dim = env.action_space.shape[0]
+        bad = [(f, s) for s, a, f in episodes if a.shape[1] != dim]
+        if bad:
+            raise ValueError(
+                f"RecordingConfig.replay: the {cfg.task} arm takes {dim} joint targets; {bad[0][0]} "
+                f"(seed {bad[0][1]}) has actions of another size"
+            )
+        actor = ActionReplay()
+        writer = open_writer(
+            env,
+            root,
+            len(episodes),
+            cfg.repo_id,
+            asdict(cfg),
+            cfg.image_writer_threads,
+            cfg.environment_state,
+        )
+        with writer:
+            bar = tqdm(episodes, desc=f"replaying in {cfg.task}", unit="episode")
+            for seed, actions, path in bar:
+                actor.actions = actions
+                record_episode(env, actor, writer, seed, replay=path)
                 bar.set_postfix(success=f"{np.mean([e['success'] for e in writer.episodes]):.0%}")
     finally:
         env.close()

@@ -54,6 +54,8 @@ def test_imagination_eval_is_seeded_and_summarised(tmp_path):
         # the heads' verdict on each of those steps; the episode's best is its max_success_prob
         assert len(r["success_probs"]) == len(r["joint_states"]) - 1
         assert max(r["success_probs"][: r["length"]], default=0.0) == pytest.approx(r["max_success_prob"])
+        # the joint targets each of those steps was imagined under
+        assert np.asarray(r["actions"]).shape == (len(r["success_probs"]), starts.state.shape[1])
     assert len(clips) == 2 and clips[0][0].shape == (16, 16, 3) and clips[0][0].dtype == np.uint8
     assert len(clips[0]) == 1 + 4 or a["per_episode"][0]["success"]  # initial frame + one per step
     assert len(list((tmp_path / "videos").glob("imagined_*.mp4"))) == 2
@@ -116,6 +118,11 @@ def test_rank_against_sim_from_the_same_starts(tmp_path, saved_models):
         e["task"] for e in record["imagination"]["per_episode"]
     ]
     assert list((tmp_path / "rank" / "policy_0" / "videos").glob("sim_vs_imagined_*.mp4"))
+    # what the sim can replay (record_demos.py --replay): each imagined episode's seed and actions
+    replays = (tmp_path / "rank" / "policy_0" / "imagined_actions.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in replays] == [
+        {"seed": 100 + i, "actions": e["actions"]} for i, e in enumerate(record["imagination"]["per_episode"])
+    ]
     # The imagined paths judged by the sim's reach rule, from the same resets.
     paths = [e["joint_states"] for e in record["imagination"]["per_episode"]]
     by_state = record["imagination"]["success_rate_by_state"]

@@ -291,3 +291,58 @@ def test_a_durable_recording_cut_inside_a_save_is_repaired(tmp_path):
     ds = LeRobotDataset("local/run", root=root)
     assert ds.num_episodes == 2 and [float(ds[i][STATE][0]) for i in range(6)] == [0, 1, 2, 10, 11, 12]
     assert json.loads((root / RECORDING_META).read_text())["complete"] is False  # never closed
+
+
+def test_replayed_actions_do_in_the_sim_what_they_did_when_recorded(tmp_path):
+    cfg = _config(tmp_path, task="push", episodes=2, cameras=["front"], max_steps=30, environment_state=True)
+    record_demos(cfg)
+    ds = _read(cfg)
+    lines = []
+    for e in range(2):
+        rows = [ds[i] for i in range(ds.num_frames) if int(ds[i]["episode_index"]) == e]
+        actions = [r[ACTION].tolist() for r in rows]
+        # the second episode's list stops early and its last action is held: a scripted push ends at rest
+        lines.append(json.dumps({"seed": cfg.seed + e, "actions": actions if e == 0 else actions[:25]}))
+    replays = tmp_path / "imagined_actions.jsonl"
+    replays.write_text("\n".join(lines) + "\n")
+    again = _config(
+        tmp_path,
+        task="push",
+        cameras=["front"],
+        max_steps=30,
+        environment_state=True,
+        root=str(tmp_path / "replayed"),
+        replay=[str(replays)],
+        repo_id="worldloop/replayed",
+    )
+    record_demos(again)
+    replayed = _read(again)
+    assert replayed.num_episodes == 2 and replayed.num_frames == ds.num_frames
+    np.testing.assert_allclose(
+        np.stack([replayed[i][ENVIRONMENT_STATE].numpy() for i in range(30)]),
+        np.stack([ds[i][ENVIRONMENT_STATE].numpy() for i in range(30)]),
+        atol=1e-5,
+    )
+    assert [replayed[i][ACTION].tolist() for i in range(30)] == [ds[i][ACTION].tolist() for i in range(30)]
+    held = [replayed[i][ACTION].tolist() for i in range(30 + 24, 60)]
+    assert all(a == held[0] for a in held)
+    meta = json.loads((tmp_path / "replayed" / RECORDING_META).read_text())
+    original = json.loads((tmp_path / "demos" / RECORDING_META).read_text())
+    assert [e["seed"] for e in meta["episodes"]] == [0, 1]
+    assert meta["episodes"][0]["success"] == original["episodes"][0]["success"]
+    assert all(e["replay"] == str(replays) for e in meta["episodes"])
+
+
+def test_bad_replay_files_name_the_file_and_line(tmp_path):
+    bad = tmp_path / "a.jsonl"
+    bad.write_text('{"seed": 1, "actions": [[0, 0, 0, 0]]}\n{"seed": 2}\n')
+    with pytest.raises(ValueError, match=r"a\.jsonl, line 2"):
+        recording.read_replays([bad])
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        recording.read_replays([tmp_path / "missing.jsonl"])
+    with pytest.raises(ValueError, match="not both"):
+        RecordingConfig(policies=["p"], replay=[str(bad)]).validate()
+    wrong = tmp_path / "b.jsonl"
+    wrong.write_text('{"seed": 1, "actions": [[0, 0]]}\n')
+    with pytest.raises(ValueError, match="takes 4 joint targets"):
+        record_demos(_config(tmp_path, task="push", cameras=["front"], replay=[str(wrong)]))

@@ -92,8 +92,8 @@ def imagine_episodes(
     """Run one batch of imagined episodes to the horizon (or until all succeed).
 
     Returns per-episode results (success, progress, length, max success probability, the heads' success
-    probability at every imagined step and the imagined joint states from the start, both to the end of the
-    batch) and, for the first
+    probability at every imagined step, the commanded actions and the imagined joint states from the start,
+    all to the end of the batch) and, for the first
     `record` rows, the video frames (initial frame + one per imagined step, cameras side by side).
     """
     check_cameras(policy, env)
@@ -113,10 +113,12 @@ def imagine_episodes(
         # head may end an episode before the arm gets there, or wrongly).
         paths = [[row] for row in starts.state.float().cpu()]
         probs = []  # [B, K] per step, likewise to the end of the batch
+        actions = []  # [B, K, A]: the joint targets each step was imagined under, likewise
         while not env.done.all():
             chunk = policy.predict_action_chunk(obs)[:, : policy.n_action_steps]
             obs, _, _, _, info = env.step(chunk)
             active, state = info["active"].cpu(), info["state"].cpu()
+            actions.append(chunk[:, : active.shape[1]].float().cpu())
             for path, row in zip(paths, state):
                 path += list(row)
             length += active.sum(1)
@@ -131,7 +133,7 @@ def imagine_episodes(
                     to_video_frame({c: frames[c][:, k] for c in env.cameras}, env.cameras, i)
                     for k in range(steps)
                 ]
-    step_probs = torch.cat(probs, 1)
+    step_probs, step_actions = torch.cat(probs, 1), torch.cat(actions, 1)
     results = [
         {
             "task": starts.task[i],
@@ -142,6 +144,7 @@ def imagine_episodes(
             "max_reward": float(max_reward[i]),  # LeRobot's episode metric, from the reward head
             "joint_states": torch.stack(paths[i]).tolist(),  # [batch steps + 1, J]: where the arm went
             "success_probs": step_probs[i].tolist(),  # [batch steps]: the heads' verdict on each
+            "actions": step_actions[i].tolist(),  # [batch steps, A]: the commanded joint targets
         }
         for i in range(b)
     ]

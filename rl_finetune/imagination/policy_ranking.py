@@ -10,13 +10,14 @@ frames of a dataset's episodes (`--imagination.starts_dataset`) and are imagined
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
 import numpy as np
 
-from worldloop.common.checkpoint import save_json
+from worldloop.common.checkpoint import atomic_write_text, save_json
 from worldloop.common.config import ConfigError
 from worldloop.common.run_record import print_table
 from worldloop.rl_finetune.imagination.evaluation import (
@@ -36,6 +37,8 @@ from worldloop.world_model.checkpoint_inputs import embodiment_of
 from worldloop.world_model.model import WorldModel
 from worldloop.world_model.success_calibration import CANDIDATES
 from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
+
+IMAGINED_ACTIONS = "imagined_actions.jsonl"
 
 
 def fold_cli_args(args: list[str]) -> list[str]:
@@ -110,6 +113,8 @@ def evaluate_one(
             imagined, clips = evaluate_in_imagination(
                 policy, env, starts, seed, im_cfg.batch_envs, output_dir, im_cfg.videos
             )
+            if not im_cfg.starts_dataset:
+                write_imagined_actions(imagined["per_episode"], seed, output_dir / IMAGINED_ACTIONS)
     imagined["sim_steps"] = counter.steps
     imagined["judge"] = {**env.judge(), "observe": im_cfg.observe}
     record = {"policy": policy_path, "imagination": imagined}
@@ -125,6 +130,14 @@ def evaluate_one(
             )
         _write_side_by_side(simulated, clips, output_dir, env.embodiment.fps)
     return record
+
+
+def write_imagined_actions(per_episode: list[dict], seed: int, path: Path) -> None:
+    """One line per imagined episode (its starts: sim resets with seeds seed..): {"seed", "actions"}, the
+    joint targets it was imagined under. `record_demos.py --replay=[path]` plays them in the simulator, which
+    tells what those very actions do there (the labels a judge of drawn frames is fitted on)."""
+    lines = [json.dumps({"seed": seed + i, "actions": e["actions"]}) for i, e in enumerate(per_episode)]
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def success_by_imagined_states(per_episode: list[dict], sim_cfg: SimEvalConfig, seed: int) -> float | None:
