@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -186,25 +186,36 @@ def record_actor_episodes(
 
 
 def record_demos(cfg: RecordingConfig) -> Path:
-    """Record `cfg.episodes` scripted-expert episodes (or the `cfg.replay` ones) into a new dataset at `cfg.root`, after the episodes of
-    `cfg.include` (the new ones are recorded apart, then merged); returns the root. An interruption keeps
-    the episodes completed so far (in `cfg.root`, or in `recording_part(root)` with `include`)."""
+    """Record `cfg.episodes` scripted-expert episodes (or the `cfg.replay` ones) into a new dataset at
+    `cfg.root`, after the episodes of `cfg.include` (the new ones are recorded apart, then merged); returns
+    the root. An interruption keeps the episodes completed so far (in `cfg.root`, or in
+    `recording_part(root)` with `include`). Replay files are read and checked before anything is written."""
     cfg.validate()
+    replays = read_replays(cfg.replay, _action_dim(cfg)) if cfg.replay else []
     root = Path(cfg.root)
     prepare_root(root, cfg.overwrite)
     if not cfg.include:
-        return _record_episodes(cfg, root)
+        return _record_episodes(cfg, root, replays)
     part = recording_part(root)
     shutil.rmtree(part, ignore_errors=True)
-    _record_episodes(cfg, part)  # an interruption leaves its episodes there and merges nothing
+    _record_episodes(cfg, part, replays)  # an interruption leaves its episodes there and merges nothing
     grow_dataset([*cfg.include, part], root, cfg.repo_id)
     shutil.move(part / RECORDING_META, root / RECORDING_META)
     shutil.rmtree(part)
     return root
 
 
-def read_replays(paths: Sequence[str | Path]) -> list[tuple[int, np.ndarray, str]]:
-    """The episodes of `RecordingConfig.replay` files: (seed, actions [T, A], file) each, in file order."""
+def _action_dim(cfg: RecordingConfig) -> int:
+    env = TabletopEnv(replace(cfg.env_config(), cameras=()))
+    try:
+        return env.action_space.shape[0]
+    finally:
+        env.close()
+
+
+def read_replays(paths: Sequence[str | Path], action_dim: int) -> list[tuple[int, np.ndarray, str]]:
+    """The episodes of `RecordingConfig.replay` files: (seed, actions [T, action_dim], file) each, in file
+    order; a malformed line is an error naming its file and line."""
     episodes = []
     for path in paths:
         if not Path(path).is_file():
@@ -219,8 +230,11 @@ def read_replays(paths: Sequence[str | Path]) -> list[tuple[int, np.ndarray, str
                 raise ValueError(
                     f'{path}, line {n}: expected {{"seed": int, "actions": [[...], ...]}} ({e})'
                 ) from e
-            if actions.ndim != 2 or len(actions) == 0:
-                raise ValueError(f"{path}, line {n}: actions must be a non-empty [steps, action_dim] list")
+            if actions.ndim != 2 or len(actions) == 0 or actions.shape[1] != action_dim:
+                raise ValueError(
+                    f"{path}, line {n}: actions must be a non-empty [steps, {action_dim}] list (the arm's "
+                    f"joint targets), got shape {list(actions.shape)}"
+                )
             episodes.append((seed, actions, str(path)))
     if not episodes:
         raise ValueError(f"RecordingConfig.replay: no episodes in {list(paths)}")
@@ -243,9 +257,9 @@ class ActionReplay:
         return action
 
 
-def _record_episodes(cfg: RecordingConfig, root: Path) -> Path:
-    if cfg.replay:
-        return _record_replays(cfg, root)
+def _record_episodes(cfg: RecordingConfig, root: Path, replays: list[tuple[int, np.ndarray, str]]) -> Path:
+    if replays:
+        return _record_replays(cfg, root, replays)
     if cfg.task == "pusht":
         from worldloop.sim.pusht import record_pusht
 
@@ -267,17 +281,9 @@ def _record_episodes(cfg: RecordingConfig, root: Path) -> Path:
     return root
 
 
-def _record_replays(cfg: RecordingConfig, root: Path) -> Path:
-    episodes = read_replays(cfg.replay)
+def _record_replays(cfg: RecordingConfig, root: Path, episodes: list[tuple[int, np.ndarray, str]]) -> Path:
     env = TabletopEnv(cfg.env_config())
     try:
-        dim = env.action_space.shape[0]
-        bad = [(f, s) for s, a, f in episodes if a.shape[1] != dim]
-        if bad:
-            raise ValueError(
-                f"RecordingConfig.replay: the {cfg.task} arm takes {dim} joint targets; {bad[0][0]} "
-                f"(seed {bad[0][1]}) has actions of another size"
-            )
         actor = ActionReplay()
         writer = open_writer(
             env,

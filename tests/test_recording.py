@@ -337,12 +337,14 @@ def test_bad_replay_files_name_the_file_and_line(tmp_path):
     bad = tmp_path / "a.jsonl"
     bad.write_text('{"seed": 1, "actions": [[0, 0, 0, 0]]}\n{"seed": 2}\n')
     with pytest.raises(ValueError, match=r"a\.jsonl, line 2"):
-        recording.read_replays([bad])
+        recording.read_replays([bad], 4)
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
-        recording.read_replays([tmp_path / "missing.jsonl"])
+        recording.read_replays([tmp_path / "missing.jsonl"], 4)
     with pytest.raises(ValueError, match="not both"):
         RecordingConfig(policies=["p"], replay=[str(bad)]).validate()
     wrong = tmp_path / "b.jsonl"
     wrong.write_text('{"seed": 1, "actions": [[0, 0]]}\n')
-    with pytest.raises(ValueError, match="takes 4 joint targets"):
-        record_demos(_config(tmp_path, task="push", cameras=["front"], replay=[str(wrong)]))
+    cfg = _config(tmp_path, task="push", cameras=["front"], replay=[str(wrong)])
+    with pytest.raises(ValueError, match=r"b\.jsonl, line 1: actions must be a non-empty \[steps, 4\]"):
+        record_demos(cfg)
+    assert not Path(cfg.root).exists()  # checked before anything is written
