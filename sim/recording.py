@@ -258,48 +258,37 @@ class ActionReplay:
 
 
 def _record_episodes(cfg: RecordingConfig, root: Path, replays: list[tuple[int, np.ndarray, str]]) -> Path:
-    if replays:
-        return _record_replays(cfg, root, replays)
-    if cfg.task == "pusht":
+    if cfg.task == "pusht":  # validate() keeps replays to the tabletop sim
         from worldloop.sim.pusht import record_pusht
 
         return record_pusht(cfg, root, episode_skills(cfg))
     env = TabletopEnv(cfg.env_config())
     try:
-        expert = ScriptedExpert(env)
+        episodes = len(replays) or cfg.episodes
         writer = open_writer(
-            env, root, cfg.episodes, cfg.repo_id, asdict(cfg), cfg.image_writer_threads, cfg.environment_state
+            env, root, episodes, cfg.repo_id, asdict(cfg), cfg.image_writer_threads, cfg.environment_state
         )
         with writer:
-            bar = tqdm(episode_skills(cfg), desc=f"recording {cfg.task}", unit="episode")
-            for i, skill in enumerate(bar):
-                expert.config = ExpertConfig(skill=float(skill))
-                record_episode(env, expert, writer, cfg.seed + i, skill=float(skill))
+            desc = f"{'replaying in' if replays else 'recording'} {cfg.task}"
+            bar = tqdm(_tabletop_episodes(cfg, env, replays), desc=desc, unit="episode", total=episodes)
+            for actor, seed, facts in bar:
+                record_episode(env, actor, writer, seed, **facts)
                 bar.set_postfix(success=f"{np.mean([e['success'] for e in writer.episodes]):.0%}")
     finally:
         env.close()
     return root
 
 
-def _record_replays(cfg: RecordingConfig, root: Path, episodes: list[tuple[int, np.ndarray, str]]) -> Path:
-    env = TabletopEnv(cfg.env_config())
-    try:
-        actor = ActionReplay()
-        writer = open_writer(
-            env,
-            root,
-            len(episodes),
-            cfg.repo_id,
-            asdict(cfg),
-            cfg.image_writer_threads,
-            cfg.environment_state,
-        )
-        with writer:
-            bar = tqdm(episodes, desc=f"replaying in {cfg.task}", unit="episode")
-            for seed, actions, path in bar:
-                actor.actions = actions
-                record_episode(env, actor, writer, seed, replay=path)
-                bar.set_postfix(success=f"{np.mean([e['success'] for e in writer.episodes]):.0%}")
-    finally:
-        env.close()
-    return root
+def _tabletop_episodes(cfg: RecordingConfig, env: TabletopEnv, replays: list[tuple[int, np.ndarray, str]]):
+    """(actor, seed, facts for the recording's meta) of each episode to record: the replays' action lists,
+    or the scripted expert at each episode's skill."""
+    if replays:
+        replay = ActionReplay()
+        for seed, actions, path in replays:
+            replay.actions = actions
+            yield replay, seed, {"replay": path}
+        return
+    expert = ScriptedExpert(env)
+    for i, skill in enumerate(episode_skills(cfg)):
+        expert.config = ExpertConfig(skill=float(skill))
+        yield expert, cfg.seed + i, {"skill": float(skill)}
