@@ -69,8 +69,9 @@ class RLSettingConfig:
     success_band: list[float] = field(default_factory=lambda: [0.2, 0.6])
     # Passed to every train_world_model.py stage after the config file: the setting on another world-model
     # recipe. The README's reach RL figure (23 Nov) was measured before tiny.yaml gained context noise 0.5, the
-    # warp and the noise-free residual base; `["--model.context_noise_max=0.1",
-    # "--model.dit.warp_previous_frame=false", "--model.noise_free_residual_base=false"]` rebuilds it so.
+    # warp, the noise-free residual base and self-forcing 1.0; `["--model.context_noise_max=0.1",
+    # "--model.dit.warp_previous_frame=false", "--model.noise_free_residual_base=false",
+    # "--model.self_forcing=0.5"]` rebuilds it so.
     world_model_overrides: list[str] = field(default_factory=list)
     force: bool = False  # redo stages whose outputs exist
 
