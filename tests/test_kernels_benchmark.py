@@ -6,10 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from benchmarks.kernels import moving_squares, speedups, target_checks
 
@@ -97,6 +99,31 @@ def test_gpu_session_script_runs_its_stages_at_small_shapes(tmp_path):
     assert run["steps"] == 3
     bad = subprocess.run([*script, "bogus"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "unknown stage 'bogus'" in bad.stdout
+
+
+@pytest.mark.slow
+def test_gpu_session_world_model_stage_trains_the_push_recipe_and_packs_it(tmp_path):
+    """The `world_model` stage with SMOKE=1: both phases of the push recipe (the second from the first's
+    weights) train 2 steps on a recorded push dataset, and both phases' models come back as tars in $OUT;
+    without a dataset it stops naming WM_DATA."""
+    from conftest import record_tiny_push
+
+    data = record_tiny_push(tmp_path / "push", episodes=2, image_size=64, max_steps=10)
+    out = tmp_path / "out"
+    env = {**os.environ, "SMOKE": "1", "OUT": str(out), "PYTHON": sys.executable, "WM_DATA": str(data)}
+    env |= {"WM_SEED": "3", "WM_OUTPUT_DIR": str(tmp_path / "runs"), "WM_ARGS": "--train.batch_size=2"}
+    script = ["bash", "benchmarks/gpu_session.sh", "world_model"]
+    proc = subprocess.run(script, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with tarfile.open(out / "world_model_s3_tf.tar") as tar:
+        assert yaml.safe_load(tar.extractfile("pretrained_model/config.yaml"))["self_rollout_frames"] == 0
+    with tarfile.open(out / "world_model_s3.tar") as tar:
+        assert {"pretrained_model/model.safetensors", "pretrained_model/config.yaml"} <= set(tar.getnames())
+        second = yaml.safe_load(tar.extractfile("pretrained_model/config.yaml"))
+    assert second["self_rollout_frames"] == 2  # the second phase's model is the one packed
+    env["WM_DATA"] = str(tmp_path / "missing")
+    bad = subprocess.run(script, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "no LeRobotDataset at WM_DATA=" in bad.stdout
 
 
 def _row(section, shape, method, fwd, fwd_bwd=None):
