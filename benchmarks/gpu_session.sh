@@ -11,7 +11,8 @@
 #                                                    # recipe's two training commands (docs/training.md)
 #
 # No stage named: tests, bench, train in turn (world_model only when named). Logs and JSONs go to $OUT (the
-# device tool brings them back) or outputs/gpu_session; copy kernels.json and kernels_train_run.json from there into benchmarks/results/.
+# device tool brings them back) or outputs/gpu_session; copy kernels.json and kernels_train_run.json from there
+# into benchmarks/results/.
 # SMOKE=1 runs bench, train and world_model at small shapes (any machine; how this script is tested on a CPU).
 # LIMIT_TESTS / LIMIT_BENCH / LIMIT_TRAIN=<seconds> stop a stage there (one device call holds all three);
 # kernels.py writes its JSON after every section, so a stopped bench keeps the sections it finished.
