@@ -53,11 +53,6 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
-# lerobot imports PyAV at module level; its 40 MB wheel would not fit the 64 MiB that travels, and datasets
-# holding images (ours: images in parquet) never call it, so where it is missing an empty module stands in.
-if ! $PY -c "import av" 2>/dev/null; then
-  mkdir -p "$pkg/av" && echo "from . import logging" >"$pkg/av/__init__.py" && echo "WARNING = 30" >"$pkg/av/logging.py"
-fi
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 $PY -c "import worldloop.world_model.trainer, worldloop.common.config" \
   || { echo "worldloop does not import: run 'bash benchmarks/gpu_session.sh wheels' here and carry .whl"; exit 1; }
@@ -83,6 +78,11 @@ for stage in $stages; do
     world_model)  # the push recipe: teacher forcing, then self-rollout from its weights (2 + 2 steps with SMOKE=1)
       data=${WM_DATA:-outputs/data/push_wm}
       [[ -f "$data/meta/info.json" ]] || { echo "world_model: no LeRobotDataset at WM_DATA=$data (carry it)"; exit 2; }
+      # lerobot imports PyAV at module level; its 40 MB wheel would not fit the 64 MiB that travels, and datasets
+      # holding images (ours: images in parquet) never call it, so where it is missing an empty module stands in.
+      if ! $PY -c "import av" 2>/dev/null; then
+        mkdir -p "$pkg/av" && echo "from . import logging" >"$pkg/av/__init__.py" && echo "WARNING = 30" >"$pkg/av/logging.py"
+      fi
       seed=${WM_SEED:-0}; dir=${WM_OUTPUT_DIR:-outputs/gpu_session}/world_model_s$seed; log="$out/world_model_s$seed.log"
       tf_steps=${WM_TF_STEPS:+--train.steps=$WM_TF_STEPS}; sr_steps=--train.steps=${WM_SR_STEPS:-1200}
       [[ "${SMOKE:-0}" == 1 ]] && tf_steps=--train.steps=2 sr_steps=--train.steps=2
@@ -95,9 +95,9 @@ for stage in $stages; do
       ((status == 0)) && { tar -C "${dir}_tf" -cf "$out/world_model_s${seed}_tf.tar" pretrained_model || status=$?; }
       # the second phase gets what is left of the limit (0: none)
       ((limit > 0)) && limit=$((limit - (SECONDS - start))) && ((limit < 1)) && limit=1
-      ((status == 0)) && { timeout -k 10 "$limit" $PY train_world_model.py "${common[@]}" $sr_steps \
-        --output_dir="${dir}_sr" --init_from="${dir}_tf/pretrained_model" --train.lr=3.0e-4 --train.warmup_steps=10 \
-        --window=6 --model.self_rollout_frames=2 --model.self_rollout_grad_frames=2 2>&1 | tee -a "$log" || status=$?; }
+      read -ra self_rollout <<<"$($PY -c 'from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS as a; print(*a)')"
+      ((status == 0)) && { timeout -k 10 "$limit" $PY train_world_model.py "${common[@]}" $sr_steps "${self_rollout[@]}" \
+        --output_dir="${dir}_sr" --init_from="${dir}_tf/pretrained_model" 2>&1 | tee -a "$log" || status=$?; }
       ((status == 0)) && { tar -C "${dir}_sr" -cf "$out/world_model_s$seed.tar" pretrained_model || status=$?; } ;;
     *) echo "unknown stage '$stage': expected wheels, tests, bench, train, world_model"; exit 2 ;;
   esac

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from worldloop.common.checkpoint import save_json
 from worldloop.pipelines.report import Media, StageRecord, write_report
+from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -149,11 +150,7 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
                         f"--init_from={wm / 'pretrained_model'}",
                         f"--output_dir={wm_sr}",
                         f"--train.steps={cfg.world_model_self_rollout_steps}",
-                        "--train.lr=3.0e-4",
-                        "--train.warmup_steps=10",
-                        "--window=6",
-                        "--model.self_rollout_frames=2",
-                        "--model.self_rollout_grad_frames=2",
+                        *SELF_ROLLOUT_PHASE_ARGS,
                     ],
                     wm_sr / "pretrained_model" / "model.safetensors",
                     wm_sr / "pretrained_model",
