@@ -2,7 +2,8 @@
 
 After teacher forcing, training goes on from those weights (`--init_from`) with the model drawing the last two
 frames of each 6-frame window itself, gradient through both. The quickstart and `benchmarks/gpu_session.sh`
-run it from here, so the recipe has one definition. No imports: the quickstart's orchestrator stays torch-free.
+run it from here, so the recipe has one definition. No imports, so the shell script reads it without loading
+torch.
 """
 
 SELF_ROLLOUT_PHASE_ARGS = (
