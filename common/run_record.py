@@ -16,11 +16,35 @@ import torch
 
 from worldloop.common.checkpoint import atomic_write_text
 
+# The vector extensions that decide CPU training speed. Two shared hosts, both "AMD EPYC" with 2 cores, ran
+# world-model training ~3x apart (docs/experiments.md, 2026-11-28): a figure names the CPU it ran on.
+VECTOR_EXTENSIONS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
+
+
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> dict:
+    """{cpu_model, cpu_extensions} read from a Linux cpuinfo file (the first processor's entry);
+    each is None where the file or the field is missing (macOS, Windows, some ARM kernels)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        text = ""
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n")[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    flags = (fields.get("flags") or fields.get("Features") or "").split()
+    return {
+        "cpu_model": fields.get("model name") or None,
+        "cpu_extensions": [f for f in VECTOR_EXTENSIONS if f in flags] if flags else None,
+    }
+
 
 def machine() -> dict:
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        **cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from worldloop.common.run_record import write_run_record
+from worldloop.common.run_record import cpu_model, write_run_record
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 
@@ -26,6 +26,17 @@ def test_run_record_has_command_machine_date_and_leaves_no_temporary_file(tmp_pa
     )
     assert record["machine"]["cpu_count"] and record["date"]
     assert sorted(p.name for p in path.parent.iterdir()) == ["summary.json"]
+
+
+def test_cpu_model_reads_the_first_processor_and_names_its_vector_extensions(tmp_path):
+    entry = "processor\t: {}\nmodel name\t: AMD EPYC\ncpu MHz\t\t: 2445.406\nflags\t\t: fpu sse avx2 fma avx512f\n"
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(entry.format(0) + "\n" + entry.format(1).replace("AMD EPYC", "other"))
+    assert cpu_model(cpuinfo) == {
+        "cpu_model": "AMD EPYC",
+        "cpu_extensions": ["avx2", "avx512f"],
+    }
+    assert cpu_model(tmp_path / "missing") == {"cpu_model": None, "cpu_extensions": None}
 
 
 @pytest.mark.parametrize("path", sorted(PIPELINES.glob("*.py")), ids=lambda p: p.stem)
