@@ -18,7 +18,8 @@
 # kernels.py writes its JSON after every section, so a stopped bench keeps the sections it finished.
 # TRAIN_RUN_STEPS (default 200) sets the train stage's length.
 # world_model: WM_DATA (a LeRobotDataset root, default outputs/data/push_wm; carry it), WM_SEED (0),
-# WM_TF_STEPS (tiny.yaml's), WM_SR_STEPS (1200), WM_ARGS (more overrides for both commands), LIMIT_WORLD_MODEL,
+# WM_TF_STEPS (tiny.yaml's), WM_SR_STEPS (1200), WM_ARGS (more overrides for both commands), WM_SR_ARGS (for the
+# second only, after the recipe's: the last of a repeated key wins), LIMIT_WORLD_MODEL,
 # WM_OUTPUT_DIR (where the two training runs write, default outputs/gpu_session).
 # The trained model comes back as $OUT/world_model_s<seed>.tar, the first phase's as world_model_s<seed>_tf.tar
 # (~11 MB each): `tar -xf` them into outputs/world_model/<name>.
@@ -97,7 +98,7 @@ for stage in $stages; do
       ((limit > 0)) && limit=$((limit - (SECONDS - start))) && ((limit < 1)) && limit=1
       read -ra self_rollout <<<"$($PY -c 'from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS as a; print(*a)')"
       ((status == 0)) && { timeout -k 10 "$limit" $PY train_world_model.py "${common[@]}" $sr_steps "${self_rollout[@]}" \
-        --output_dir="${dir}_sr" --init_from="${dir}_tf/pretrained_model" 2>&1 | tee -a "$log" || status=$?; }
+        ${WM_SR_ARGS:-} --output_dir="${dir}_sr" --init_from="${dir}_tf/pretrained_model" 2>&1 | tee -a "$log" || status=$?; }
       ((status == 0)) && { tar -C "${dir}_sr" -cf "$out/world_model_s$seed.tar" pretrained_model || status=$?; } ;;
     *) echo "unknown stage '$stage': expected wheels, tests, bench, train, world_model"; exit 2 ;;
   esac

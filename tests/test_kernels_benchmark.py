@@ -112,6 +112,7 @@ def test_gpu_session_world_model_stage_trains_the_push_recipe_and_packs_it(tmp_p
     out = tmp_path / "out"
     env = {**os.environ, "SMOKE": "1", "OUT": str(out), "PYTHON": sys.executable, "WM_DATA": str(data)}
     env |= {"WM_SEED": "3", "WM_OUTPUT_DIR": str(tmp_path / "runs"), "WM_ARGS": "--train.batch_size=2"}
+    env |= {"WM_SR_ARGS": "--window=5 --model.self_rollout_frames=3"}  # overrides the recipe's 6 and 2
     script = ["bash", "benchmarks/gpu_session.sh", "world_model"]
     proc = subprocess.run(script, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -120,7 +121,7 @@ def test_gpu_session_world_model_stage_trains_the_push_recipe_and_packs_it(tmp_p
     with tarfile.open(out / "world_model_s3.tar") as tar:
         assert {"pretrained_model/model.safetensors", "pretrained_model/config.yaml"} <= set(tar.getnames())
         second = yaml.safe_load(tar.extractfile("pretrained_model/config.yaml"))
-    assert second["self_rollout_frames"] == 2  # the second phase's model is the one packed
+    assert second["self_rollout_frames"] == 3  # the second phase's model, with WM_SR_ARGS after the recipe's
     env["WM_DATA"] = str(tmp_path / "missing")
     bad = subprocess.run(script, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "no LeRobotDataset at WM_DATA=" in bad.stdout
