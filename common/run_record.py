@@ -16,8 +16,9 @@ import torch
 
 from worldloop.common.checkpoint import atomic_write_text
 
-# The vector extensions that decide CPU training speed. Two shared hosts, both "AMD EPYC" with 2 cores, ran
-# world-model training ~3x apart (docs/experiments.md, 2026-11-28): a figure names the CPU it ran on.
+# Which CPU a figure ran on: two 2-core hosts trained the world model ~3x apart, and the JSONs, naming no CPU,
+# could not tell them apart (docs/experiments.md, 2026-11-28). The vector extensions kept are the ones CPU
+# kernels dispatch on.
 VECTOR_EXTENSIONS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
 
 
