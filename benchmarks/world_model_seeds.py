@@ -9,8 +9,10 @@ Each file is a `world_model_fidelity.py` result of one trained model; the i-th b
 candidate were trained on the same seed and scored on the same held-out windows, so they are compared in
 pairs. Reported: every figure per seed, each arm's mean with its Student-t 95% interval, and the paired
 differences (candidate minus baseline) with theirs. The keep rule is the protocol's, fixed before the runs:
-the candidate is kept when it is better on every `keep_higher` and `keep_lower` figure in every seed pair.
-This script only reads results; it trains and scores nothing.
+the candidate is kept when, in every seed pair, it is better on every `keep_higher` and `keep_lower` figure,
+no `max_rise` figure rose by more than its allowance (`'--max_rise={cube_error@30: 0.3}'`: a guard, not a
+win to have), and every candidate draws frames above copy-last in SSIM and PSNR at every horizon (unless
+`--beat_copy_last=false`). This script only reads results; it trains and scores nothing.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ FIGURES: dict[str, tuple[str, str, int | None]] = {
     # measured since 2026-11-26: older results lack them, and a comparison leaves out what a file lacks
     "cube_still_error@30": ("targets_issue24", "cube_still_error_px_h30", None),
     "cube_step_slope": ("targets_issue24", "cube_one_step_slope", None),
+    # 1.0 where the drawn frames beat copying the last frame at every horizon 1..30, else 0.0
+    "ssim_above_copy_last": ("targets_issue24", "ssim_above_copy_last_every_h", None),
+    "psnr_above_copy_last": ("targets_issue24", "psnr_above_copy_last_every_h", None),
 }
+COPY_LAST = ["ssim_above_copy_last", "psnr_above_copy_last"]
 OPTIONAL = {"cube_still_error@30", "cube_step_slope"}
 
 
@@ -54,6 +60,8 @@ class SeedComparisonConfig:
     candidate: list[str] = field(default_factory=list)  # the same seeds, in the same order
     keep_higher: list[str] = field(default_factory=lambda: ["ssim@30"])
     keep_lower: list[str] = field(default_factory=lambda: ["idm_ratio@30"])
+    max_rise: dict[str, float] = field(default_factory=dict)  # figure -> how much higher it may be
+    beat_copy_last: bool = True
     name: str = "world_model_seeds"
 
     def validate(self) -> None:
@@ -62,11 +70,19 @@ class SeedComparisonConfig:
                 f"baseline and candidate need one fidelity JSON per seed each, in the same seed order; got "
                 f"{len(self.baseline)} and {len(self.candidate)}"
             )
-        unknown = [f for f in self.keep_higher + self.keep_lower if f not in FIGURES]
+        unknown = [f for f in [*self.keep_higher, *self.keep_lower, *self.max_rise] if f not in FIGURES]
         if unknown:
             raise ConfigError(
-                f"keep_higher/keep_lower name unknown figures {unknown}; known: {list(FIGURES)}"
+                f"keep_higher/keep_lower/max_rise name unknown figures {unknown}; known: {list(FIGURES)}"
             )
+        negative = {f: v for f, v in self.max_rise.items() if v < 0}
+        if negative:
+            raise ConfigError(f"max_rise allowances must be >= 0, got {negative}")
+
+    def rule_figures(self) -> list[str]:
+        """The figures the keep rule reads: each must be measured in every result."""
+        copy_last = COPY_LAST if self.beat_copy_last else []
+        return [*self.keep_higher, *self.keep_lower, *self.max_rise, *copy_last]
 
 
 def read_figures(path: str | Path) -> tuple[dict[str, float], tuple[int, str]]:
@@ -88,7 +104,7 @@ def read_figures(path: str | Path) -> tuple[dict[str, float], tuple[int, str]]:
             raise ValueError(
                 f"{path}: figures.{section}.{key} is missing; expected a world_model_fidelity.py result"
             )
-        out[name] = float(value[index] if index is not None else value)
+        out[name] = float(value[index] if index is not None else value)  # a bool becomes 1.0 / 0.0
     command = result.get("command") or ""
     roots = [a.split("=", 1)[1] for a in shlex.split(command) if a.startswith("--dataset.root=")]
     return out, (int(figures.get("windows", 0)), roots[-1] if roots else "")
@@ -100,7 +116,7 @@ def compare(
     """Per-arm means, paired differences and the keep decision (see the module docstring)."""
     result: dict = {"seeds": len(baseline), "figures": {}}
     runs = baseline + candidate
-    missing = [n for n in cfg.keep_higher + cfg.keep_lower if not all(n in run for run in runs)]
+    missing = [n for n in cfg.rule_figures() if not all(n in run for run in runs)]
     if missing:
         raise ValueError(
             f"the keep rule's {missing} is not measured in every result (an older benchmark run)"
@@ -121,8 +137,18 @@ def compare(
     figures = result["figures"]
     wins = {n: [d > 0 for d in figures[n]["differences"]] for n in cfg.keep_higher}
     wins |= {n: [d < 0 for d in figures[n]["differences"]] for n in cfg.keep_lower}
-    result["keep_rule"] = {"higher": cfg.keep_higher, "lower": cfg.keep_lower, "wins_per_seed": wins}
-    result["kept"] = all(all(w) for w in wins.values())
+    guards = {n: [d <= rise for d in figures[n]["differences"]] for n, rise in cfg.max_rise.items()}
+    if cfg.beat_copy_last:
+        guards |= {n: [v == 1.0 for v in figures[n]["candidate"]] for n in COPY_LAST}
+    result["keep_rule"] = {
+        "higher": cfg.keep_higher,
+        "lower": cfg.keep_lower,
+        "max_rise": cfg.max_rise,
+        "beat_copy_last": cfg.beat_copy_last,
+        "wins_per_seed": wins,
+        "guards_per_seed": guards,
+    }
+    result["kept"] = all(all(w) for w in [*wins.values(), *guards.values()])
     return result
 
 
@@ -156,7 +182,8 @@ def main() -> None:
         )
     print_table(rows, title=f"candidate minus baseline over {result['seeds']} seeds (95% t interval)")
     print(
-        f"kept: {result['kept']} (rule: higher {cfg.keep_higher}, lower {cfg.keep_lower}, in every seed pair)"
+        f"kept: {result['kept']} (rule, in every seed pair: higher {cfg.keep_higher}, lower {cfg.keep_lower}, "
+        f"at most this much higher {cfg.max_rise}, above copy-last everywhere: {cfg.beat_copy_last})"
     )
     path = write_result(cfg.name, result, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     print(f"wrote {path}")

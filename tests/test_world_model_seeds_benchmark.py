@@ -46,6 +46,35 @@ def test_paired_differences_means_and_keep_rule(tmp_path):
     assert out["kept"] is False
 
 
+def test_guards_allow_a_bounded_rise_and_require_beating_copy_last(tmp_path):
+    """`max_rise` lets a figure be worse by at most its allowance in any pair; a candidate that does not beat
+    copy-last at every horizon in some seed is not kept, however it wins elsewhere."""
+    base = [read_figures(fidelity_result(tmp_path / f"b{i}.json", 0.80, 8.0))[0] for i in range(3)]
+    cand = [read_figures(fidelity_result(tmp_path / f"c{i}.json", 0.85, 3.0))[0] for i in range(3)]
+    for run, cube in zip(base, [3.7, 3.9, 4.2]):
+        run["cube_error@30"] = cube
+    for run, cube in zip(cand, [4.0, 3.5, 4.45]):  # +0.30, -0.40, +0.25
+        run["cube_error@30"] = cube
+    cfg = SeedComparisonConfig(max_rise={"cube_error@30": 0.3})
+    out = compare(base, cand, cfg)
+    assert out["keep_rule"]["guards_per_seed"]["cube_error@30"] == [True, True, True]
+    assert out["kept"] is True
+    cand[0]["cube_error@30"] = 4.01  # +0.31
+    out = compare(base, cand, cfg)
+    assert out["keep_rule"]["guards_per_seed"]["cube_error@30"] == [False, True, True]
+    assert out["kept"] is False
+    cand[0]["cube_error@30"] = 4.0
+    cand[2]["psnr_above_copy_last"] = 0.0  # one horizon where copying the last frame wins
+    out = compare(base, cand, cfg)
+    assert out["keep_rule"]["guards_per_seed"]["psnr_above_copy_last"] == [True, True, False]
+    assert out["kept"] is False
+    assert compare(base, cand, SeedComparisonConfig(max_rise={"cube_error@30": 0.3}, beat_copy_last=False))[
+        "kept"
+    ]
+    with pytest.raises(ValueError, match="max_rise allowances must be >= 0"):
+        SeedComparisonConfig(baseline=["a"], candidate=["b"], max_rise={"cube_error@30": -1.0}).validate()
+
+
 def test_bad_inputs_name_the_file_or_field(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="missing.json"):
         read_figures(tmp_path / "missing.json")
