@@ -112,7 +112,8 @@ def test_gpu_session_world_model_stage_trains_the_push_recipe_and_packs_it(tmp_p
     out = tmp_path / "out"
     env = {**os.environ, "SMOKE": "1", "OUT": str(out), "PYTHON": sys.executable, "WM_DATA": str(data)}
     env |= {"WM_SEED": "3", "WM_OUTPUT_DIR": str(tmp_path / "runs"), "WM_ARGS": "--train.batch_size=2"}
-    env |= {"WM_SR_ARGS": "--window=5 --model.self_rollout_frames=3"}  # overrides the recipe's 6 and 2
+    # overrides the recipe's 8, 4 and 4
+    env |= {"WM_SR_ARGS": "--window=5 --model.self_rollout_frames=3 --model.self_rollout_grad_frames=3"}
     script = ["bash", "benchmarks/gpu_session.sh", "world_model"]
     proc = subprocess.run(script, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

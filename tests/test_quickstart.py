@@ -69,7 +69,7 @@ def test_the_world_model_trains_on_its_own_rollouts_before_post_training(tmp_pat
     stages = {s.name: s for s in stages_for(QuickstartConfig(), tmp_path)}
     names = list(stages)
     self_rollout = stages["train world model on its own rollouts"]
-    assert "--model.self_rollout_frames=2" in self_rollout.args
+    assert "--model.self_rollout_frames=4" in self_rollout.args
     assert f"--init_from={tmp_path / 'world_model' / 'pretrained_model'}" in self_rollout.args
     assert (
         names.index("train world model")

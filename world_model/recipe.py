@@ -1,15 +1,16 @@
 """The push recipe's second phase, as `train_world_model.py` overrides (docs/training.md).
 
-After teacher forcing, training goes on from those weights (`--init_from`) with the model drawing the last two
-frames of each 6-frame window itself, gradient through both. The quickstart and `benchmarks/gpu_session.sh`
-run it from here, so the recipe has one definition. No imports, so the shell script reads it without loading
-torch.
+After teacher forcing, training goes on from those weights (`--init_from`) with the model drawing the last four
+frames of each 8-frame window itself, gradient through all four, so the frames that carry the loss are drawn on
+from up to three frames of its own (kept over 3 seeds against two of six: docs/experiments.md, 2026-11-28).
+The quickstart and `benchmarks/gpu_session.sh` run it from here, so the recipe has one definition. No imports,
+so the shell script reads it without loading torch.
 """
 
 SELF_ROLLOUT_PHASE_ARGS = (
     "--train.lr=3.0e-4",
     "--train.warmup_steps=10",
-    "--window=6",
-    "--model.self_rollout_frames=2",
-    "--model.self_rollout_grad_frames=2",
+    "--window=8",
+    "--model.self_rollout_frames=4",
+    "--model.self_rollout_grad_frames=4",
 )
