@@ -18,7 +18,9 @@ Measures, with the real actions unless said otherwise:
   their clip-fidelity rewards (rl_finetune/wm_posttrain/rollout_stability.py), averaged over start states;
 - sampler steps 1, 2, 4, 8, 16, 50: SSIM at horizon 10 and imagined frames/s at batch 1 and 16;
 - KV-cache rollout vs recompute-everything at horizon 30 (wall-clock ratio);
-- training samples/s on 1 and 2 CPU processes (`accelerate launch`, a few steps, from the loop's own log).
+- training samples/s on 1 and 2 CPU processes (`accelerate launch`, a few steps, from the loop's own log);
+- the model's training time over every run behind it (both phases of the push recipe), from the records the
+  trainer keeps with the model (world_model/training_record.py).
 Prints tables and writes benchmarks/results/<name>.json, issue 24's targets under `targets_issue24`;
 `--strip_path=x.png` also draws a few windows at chosen horizon steps (real | drawn | shuffled actions).
 
@@ -61,6 +63,7 @@ from worldloop.world_model.metrics import (  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402
 from worldloop.world_model.object_tracking import object_fidelity, one_step_motion  # noqa: E402
 from worldloop.world_model.trainer import EvalConfig, held_out_windows  # noqa: E402
+from worldloop.world_model.training_record import recipe_time  # noqa: E402
 from worldloop.world_model.visualize import horizon_strip  # noqa: E402
 
 
@@ -265,7 +268,11 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
         "sampler_steps": steps,
         "sampler_method": model.cfg.sampler.method,
         "sampler_still_threshold": model.cfg.sampler.still_threshold,
+        # The model's training time over every run behind it, from the records it carries (None: none).
+        "training": recipe_time(cfg.model_path),
     }
+    if figures["training"] is not None:
+        print_table(figures["training"]["phases"], f"training ({figures['training']['minutes']:.1f} min)")
 
     t0 = time.perf_counter()
     imagined = imagine(model, windows, ctx, steps=steps, seed=cfg.seed)
@@ -413,6 +420,12 @@ def issue24_targets(curves: dict, figures: dict, horizon: int) -> dict:
         out["cube_error_at_most_2px_h10"] = out["cube_error_px_h10"] <= 2 and objects["found_rate"][h10] > 0.9
         out["cube_error_at_most_4px_h30"] = out["cube_error_px_h30"] <= 4 and out["cube_found_rate_h30"] > 0.9
         out["displacement_r_at_least_0.9"] = out["cube_displacement_r"] >= 0.9
+    training = figures.get("training")
+    if training is not None:
+        out["training_minutes"] = training["minutes"]
+        # A resumed run or a start without a record leaves a lower bound: it decides only when above 60.
+        within = training["minutes"] <= 60
+        out["trained_within_60_min"] = None if within and not training["complete"] else within
     spread = figures.get("clip_reward_spread")
     if spread is not None:
         out["clip_reward_group_std"] = spread["clip_reward_group_std"]

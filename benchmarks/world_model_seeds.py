@@ -41,6 +41,9 @@ FIGURES: dict[str, tuple[str, str, int | None]] = {
     "idm_ratio@30": ("targets_issue24", "idm_error_ratio_h30", None),
     "cube_error@10": ("targets_issue24", "cube_error_px_h10", None),
     "cube_error@30": ("targets_issue24", "cube_error_px_h30", None),
+    # the share of steps at h30 where the cube shows in the real frame and the drawn frame shows it at all: the
+    # errors above average only over those
+    "cube_found@30": ("targets_issue24", "cube_found_rate_h30", None),
     "cube_r": ("targets_issue24", "cube_displacement_r", None),
     "group_std": ("targets_issue24", "clip_reward_group_std", None),
     # measured since 2026-11-26: older results lack them, and a comparison leaves out what a file lacks

@@ -14,6 +14,7 @@ from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
 from worldloop.world_model.model import WorldModel, WorldModelConfig
 from worldloop.world_model.trainer import EvalConfig
+from worldloop.world_model.training_record import write_training_record
 
 SIZE = 32
 
@@ -25,6 +26,10 @@ def push_and_model(tmp_path_factory):
     dit = VideoDiTConfig(image_size=SIZE, patch_size=8, width=32, depth=1, heads=2, context_frames=2)
     model = WorldModel(WorldModelConfig(dit=dit, idm=InverseDynamicsConfig(channels=8)))
     model.save_pretrained(tmp / "model")
+    # 90 s of training after a start without a record: the minutes are a lower bound
+    write_training_record(
+        tmp / "model", seconds=90.0, steps=2, processes=1, resumed=False, init_from=str(tmp)
+    )
     return root, tmp / "model"
 
 
@@ -64,6 +69,8 @@ def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model, tmp
     targets = figures["targets_issue24"]
     for key in ("ssim_above_copy_last_every_h", "idm_ratio_at_most_1.5", "cube_error_at_most_4px_h30"):
         assert isinstance(targets[key], bool)
+    assert targets["training_minutes"] == 1.5 and targets["trained_within_60_min"] is None
+    assert figures["training"]["phases"][0]["steps"] == 2 and not figures["training"]["complete"]
     assert targets["clip_reward_group_std"] >= 0 and figures["clip_reward_spread"]["group_size"] == 2
     assert targets["cube_error_px_h30"] == objects["position_error"][horizon - 1]
     assert targets["cube_moving_windows"] == objects["moving_windows"] >= objects["moving_found"]

@@ -19,6 +19,7 @@ from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
 from worldloop.world_model.model import WorldModel, WorldModelConfig
 from worldloop.world_model.trainer import TrainWorldModelConfig, train
+from worldloop.world_model.training_record import recipe_time
 
 REPO = Path(__file__).resolve().parents[1]
 SIZE = 16
@@ -272,3 +273,32 @@ def test_train_seed_sets_the_initial_weights(tmp_path, tiny_lerobot_dataset):
     a, again, other = trained(0, "a"), trained(0, "again"), trained(1, "other")
     assert all(torch.equal(a[k], again[k]) for k in a)
     assert not torch.equal(a["dit.patch.weight"], other["dit.patch.weight"])
+
+
+def test_training_time_travels_with_the_model_through_init_from(tmp_path, tiny_lerobot_dataset):
+    """Each run records its seconds in pretrained_model/training.json with the record of the model it started
+    from nested, so a two-phase recipe's time is read from the second model alone; a start without a record
+    or a resumed run makes the total a lower bound (`complete` False)."""
+    root = tiny_lerobot_dataset(tmp_path, episodes=3, length=8, image_size=(SIZE, SIZE))
+    train(parse_cli(TrainWorldModelConfig, tiny_train_args(root, tmp_path / "one", steps=2)))
+    second = [
+        *tiny_train_args(root, tmp_path / "two", steps=3),
+        f"--init_from={tmp_path / 'one' / 'pretrained_model'}",
+    ]
+    train(parse_cli(TrainWorldModelConfig, second))
+    timed = recipe_time(tmp_path / "two" / "pretrained_model")
+    assert [p["steps"] for p in timed["phases"]] == [2, 3] and timed["complete"]
+    assert all(p["seconds"] > 0 and p["processes"] == 1 for p in timed["phases"])
+    assert timed["minutes"] == pytest.approx(sum(p["seconds"] for p in timed["phases"]) / 60)
+    assert recipe_time(tmp_path / "one" / "pretrained_model")["phases"] == timed["phases"][:1]
+    WorldModel(tiny_model_config()).save_pretrained(tmp_path / "unrecorded")
+    assert recipe_time(tmp_path / "unrecorded") is None
+    third = [*tiny_train_args(root, tmp_path / "three"), f"--init_from={tmp_path / 'unrecorded'}"]
+    train(parse_cli(TrainWorldModelConfig, third))
+    partial = recipe_time(tmp_path / "three" / "pretrained_model")
+    assert len(partial["phases"]) == 1 and not partial["complete"]
+    train(
+        parse_cli(TrainWorldModelConfig, [*tiny_train_args(root, tmp_path / "one", steps=3), "--resume=true"])
+    )
+    resumed = recipe_time(tmp_path / "one" / "pretrained_model")
+    assert resumed["phases"][0]["resumed"] and not resumed["complete"]

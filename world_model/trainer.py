@@ -9,6 +9,7 @@ on held-out episodes and writes metrics, a side-by-side video and a horizon plot
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidel
 from worldloop.world_model.model import EMBODIMENT_FILE, WorldModel, WorldModelConfig
 from worldloop.world_model.still_calibration import calibrate_still_threshold
 from worldloop.world_model.success_calibration import calibrate_success_threshold
+from worldloop.world_model.training_record import write_training_record
 from worldloop.world_model.visualize import horizon_plot, side_by_side_video
 
 
@@ -169,6 +171,7 @@ def make_eval_fn(windows: HeldOutWindows | None, cfg: EvalConfig):
 
 
 def train(cfg: TrainWorldModelConfig) -> WorldModel:
+    started = time.perf_counter()
     if cfg.window < 2:
         raise ValueError(f"window={cfg.window}: a training window needs at least 2 frames")
     if (cfg.heads_only or cfg.calibrate_only or cfg.freeze_heads) and not cfg.init_from:
@@ -256,6 +259,16 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         eval_fn=make_eval_fn(eval_windows, cfg.eval),
     )
     calibrate_exported(model, dataset, train_eps, held_eps, cfg)
+    state = PartialState()
+    if state.is_main_process:
+        write_training_record(
+            Path(cfg.output_dir) / "pretrained_model",
+            seconds=time.perf_counter() - started,
+            steps=cfg.train.steps,
+            processes=state.num_processes,
+            resumed=cfg.resume,
+            init_from=cfg.init_from,
+        )
     return model
 
 
