@@ -413,6 +413,8 @@ def issue24_targets(curves: dict, figures: dict, horizon: int) -> dict:
         out["cube_found_rate_h30"] = objects["found_rate"][last]
         out["cube_displacement_r"] = objects["displacement_r"]
         out["cube_moving_windows"] = objects["moving_windows"]
+        # where the cube is pushed (moved >= min_move_px by h30), the share whose drawn frame still shows it
+        out["cube_found_rate_moving_h30"] = objects["moving_found"] / max(objects["moving_windows"], 1)
         out["cube_still_error_px_h30"] = objects["still_error"][last]  # a cube drawn where it started
         if "one_step" in objects:
             out["cube_one_step_slope"] = objects["one_step"]["slope"]

@@ -74,6 +74,7 @@ def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model, tmp
     assert targets["clip_reward_group_std"] >= 0 and figures["clip_reward_spread"]["group_size"] == 2
     assert targets["cube_error_px_h30"] == objects["position_error"][horizon - 1]
     assert targets["cube_moving_windows"] == objects["moving_windows"] >= objects["moving_found"]
+    assert 0 <= targets["cube_found_rate_moving_h30"] <= 1
     assert targets["cube_still_error_px_h30"] == objects["still_error"][horizon - 1]
     one_step = objects["one_step"]  # each frame drawn from the real past: counted where the cube moved
     assert one_step["steps"] >= 0 and one_step["min_step_px"] == 0.7
