@@ -22,7 +22,8 @@ Measures, with the real actions unless said otherwise:
 - the model's training time over every run behind it (both phases of the push recipe), from the records the
   trainer keeps with the model (world_model/training_record.py).
 Prints tables and writes benchmarks/results/<name>.json, issue 24's targets under `targets_issue24`;
-`--strip_path=x.png` also draws a few windows at chosen horizon steps (real | drawn | shuffled actions).
+`--strip_path=x.png` also draws a few windows at chosen horizon steps (real | drawn | shuffled actions);
+`--lost_strip_path=y.png` the same for windows whose drawn last frame lost the cube.
 
     python benchmarks/world_model_fidelity.py --model_path=outputs/world_model/push/pretrained_model \
         --dataset.root=outputs/data/push_wm --eval.max_windows=64 --name=world_model_fidelity_push
@@ -97,6 +98,8 @@ class FidelityBenchmarkConfig:
     strip_path: str = ""  # "" -> none
     strip_windows: int = 4
     strip_steps: list[int] = field(default_factory=lambda: [1, 3, 5, 10, 20, 30])
+    # The same picture of windows whose cube shows in the real last frame and not in the drawn one (push)
+    lost_strip_path: str = ""  # "" -> none
     name: str = "world_model_fidelity"  # benchmarks/results/<name>.json
 
 
@@ -284,16 +287,25 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     )
     figures["curves"] = curves
     figures["fidelity_seconds"] = time.perf_counter() - t0
-    if cfg.strip_path:
-        pick = torch.linspace(0, len(windows) - 1, min(cfg.strip_windows, len(windows))).round().long()
+
+    def strip(pick: torch.Tensor, path: str) -> str:
         columns = {"real": real[pick], "drawn": imagined[0][pick], "shuffled": shuffled[0][pick]}
-        figures["strip"] = str(horizon_strip(columns, cfg.strip_steps, cfg.strip_path))
+        return str(horizon_strip(columns, cfg.strip_steps, path))
+
+    if cfg.strip_path:
+        spread = torch.linspace(0, len(windows) - 1, min(cfg.strip_windows, len(windows))).round().long()
+        figures["strip"] = strip(spread, cfg.strip_path)
     truth = object_truth(dataset, windows, ctx, dataset.cameras[0])
     if truth is not None:
         first_view = (slice(None), slice(None), 0) if real.dim() == 6 else (...,)  # the tracked camera
         figures["objects"] = object_fidelity(
             imagined[0][first_view], real[first_view], *truth, min_move=cfg.min_move_px
         )
+        lost = figures["objects"]["lost_windows"]
+        if cfg.lost_strip_path and not lost:
+            print(f"no window lost the cube: {cfg.lost_strip_path} is not drawn")
+        elif cfg.lost_strip_path:
+            figures["lost_strip"] = strip(torch.tensor(lost[: cfg.strip_windows]), cfg.lost_strip_path)
         if cfg.one_step:
             t1 = time.perf_counter()
             next_frames = imagine_next_frames(model, windows, ctx, steps=steps, seed=cfg.seed)

@@ -98,5 +98,9 @@ def test_one_step_motion_scores_a_copy_at_zero_and_the_truth_at_one():
     lagging = object_fidelity(previous, real, truth, start, [red, red])  # drawn one step behind the truth
     assert lagging["position_error"][-1] == pytest.approx((2.0 + 1.0) / 2)
     assert lagging["still_error"][-1] == pytest.approx((5.0 + 3.0) / 2)  # left where it started
+    assert lagging["lost_windows"] == []
+    erased = previous.clone()
+    erased[1, -1] = 0.5  # the second window's drawn last frame shows no square: that window is lost
+    assert object_fidelity(erased, real, truth, start, [red, red])["lost_windows"] == [1]
     with pytest.raises(ValueError, match="one_step_motion"):
         one_step_motion(real[:1], previous, truth, start, [red, red])

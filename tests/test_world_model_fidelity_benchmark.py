@@ -54,6 +54,7 @@ def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model, tmp
             strip_path=str(tmp_path / "strip.png"),
             strip_windows=2,
             strip_steps=[1, horizon],
+            lost_strip_path=str(tmp_path / "lost.png"),
         )
     )
     assert figures["windows"] == 4 and len(figures["curves"]["ssim"]) == horizon
@@ -75,6 +76,8 @@ def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model, tmp
     assert targets["cube_error_px_h30"] == objects["position_error"][horizon - 1]
     assert targets["cube_moving_windows"] == objects["moving_windows"] >= objects["moving_found"]
     assert 0 <= targets["cube_found_rate_moving_h30"] <= 1
+    lost = objects["lost_windows"]  # this model copies the last frame (still threshold): no cube is lost
+    assert all(0 <= i < 4 for i in lost) and ("lost_strip" in figures) == bool(lost)
     assert targets["cube_still_error_px_h30"] == objects["still_error"][horizon - 1]
     one_step = objects["one_step"]  # each frame drawn from the real past: counted where the cube moved
     assert one_step["steps"] >= 0 and one_step["min_step_px"] == 0.7

@@ -150,7 +150,8 @@ def object_fidelity(
     drawn frame shows the object at all) and `real_error` (the tracker on real frames, its own floor); and at
     the last step, on windows whose object truly moved at least `min_move` px from `start`:
     `displacement_r` (Pearson r of drawn vs true displacement, x and y pooled, where the drawn object is
-    found) and `moving_windows` (how many moved; `moving_found`: of those, drawn somewhere). `still_error`:
+    found) and `moving_windows` (how many moved; `moving_found`: of those, drawn somewhere; `lost_windows`:
+    the indices of the windows whose object shows in the real last frame and not in the drawn one). `still_error`:
     the error, on the steps `position_error` averages, of an object left where it started (what a model
     that draws no motion, or copy-last, would score)."""
     _check_windows("object_fidelity", drawn, real, truth, start, colours)
@@ -181,4 +182,5 @@ def object_fidelity(
         "displacement_r": r,
         "moving_windows": int(moving.sum()),
         "moving_found": int(pair.sum()),
+        "lost_windows": torch.nonzero(seen[:, -1] & ~found[:, -1]).flatten().tolist(),
     }
