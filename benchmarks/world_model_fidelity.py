@@ -23,7 +23,8 @@ Measures, with the real actions unless said otherwise:
   trainer keeps with the model (world_model/training_record.py).
 Prints tables and writes benchmarks/results/<name>.json, issue 24's targets under `targets_issue24`;
 `--strip_path=x.png` also draws a few windows at chosen horizon steps (real | drawn | shuffled actions);
-`--lost_strip_path=y.png` the same for windows whose drawn last frame lost the cube.
+`--lost_strip_path=y.png` the same for windows whose drawn last frame lost the cube. `--guidance_scale`,
+`--sampler_method` and `--still_threshold` score the model under another sampler than its own.
 
     python benchmarks/world_model_fidelity.py --model_path=outputs/world_model/push/pretrained_model \
         --dataset.root=outputs/data/push_wm --eval.max_windows=64 --name=world_model_fidelity_push
@@ -86,6 +87,9 @@ class FidelityBenchmarkConfig:
     threads: int = 0  # torch threads for this process; 0 -> torch's default
     sampler_method: str = ""  # "" -> the model's own (euler | heun | renoise)
     still_threshold: float = -1.0  # < 0 -> the model's own sampler.still_threshold
+    guidance_scale: float = (
+        0.0  # classifier-free guidance on actions; 0 -> the model's own (needs action_dropout)
+    )
     min_move_px: float = 4.0  # windows whose cube moves this far over the horizon score displacement
     # Also draw each horizon frame one step from the real past and score the cube's move on steps where it
     # moves at least min_step_px (objects.one_step: does the model move it at all, drift aside)
@@ -254,6 +258,8 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
         model.cfg.sampler.method = cfg.sampler_method
     if cfg.still_threshold >= 0:
         model.cfg.sampler.still_threshold = cfg.still_threshold
+    if cfg.guidance_scale:
+        model.cfg.sampler.guidance_scale = cfg.guidance_scale
     model.cfg.sampler.validate()
     cfg.dataset.root = cfg.dataset.root or "outputs/data/tabletop"
     # Cameras, frame size and resize as the checkpoint says (a contradicting --dataset.* is an error).
@@ -271,6 +277,7 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
         "sampler_steps": steps,
         "sampler_method": model.cfg.sampler.method,
         "sampler_still_threshold": model.cfg.sampler.still_threshold,
+        "sampler_guidance_scale": model.cfg.sampler.guidance_scale,
         # The model's training time over every run behind it, from the records it carries (None: none).
         "training": recipe_time(cfg.model_path),
     }

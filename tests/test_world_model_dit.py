@@ -243,6 +243,9 @@ def test_guidance_runs_and_changes_the_result():
     inputs = rollout_inputs(h=2)
     plain = model.rollout(*inputs, generator=torch.Generator().manual_seed(1))[0]
     model.cfg.sampler.guidance_scale = 2.0
+    with pytest.raises(ValueError, match="needs a model trained with model.action_dropout"):
+        model.rollout(*inputs)
+    model.cfg.action_dropout = 0.1
     guided = model.rollout(*inputs, generator=torch.Generator().manual_seed(1))[0]
     assert (plain - guided).abs().max() > 1e-4
 

@@ -817,6 +817,12 @@ class WorldModel(nn.Module):
         if steps is not None:
             sampler = replace(sampler, steps=steps)
         sampler.validate()
+        if sampler.guidance_scale != 1.0 and self.cfg.action_dropout == 0:
+            # Its action-free estimate would be a frame the model never learnt to draw.
+            raise ValueError(
+                f"sampler.guidance_scale={sampler.guidance_scale} needs a model trained with model.action_dropout "
+                "> 0; this one had 0"
+            )
         ctx, squeeze = self._check_rollout_inputs(
             context_frames, context_actions, future_actions, future_state
         )
