@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from worldloop.common.checkpoint import save_json
-from worldloop.common.config import ConfigError, parse_cli
+from worldloop.common.config import ConfigError
 from worldloop.common.run_record import print_table, write_run_record
-from worldloop.pipelines.quickstart import REPO, Stage, run_stages
+from worldloop.pipelines.quickstart import Stage, build_setting
 
 
 @dataclass
@@ -299,14 +299,7 @@ def commands(cfg: PushSettingConfig, root: Path) -> dict[str, str]:
 
 
 def main() -> None:
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cfg = parse_cli(PushSettingConfig)
-    cfg.validate()
-    root = Path(cfg.root) if Path(cfg.root).is_absolute() else REPO / cfg.root
-    records = run_stages(stages(cfg, root), cfg.force, root)
-    if records[-1].status == "failed":
-        raise SystemExit(f"{records[-1].name} failed; log: {records[-1].produced}")
+    cfg, root, records = build_setting(PushSettingConfig, stages)
     zoo = assemble_zoo(cfg, root)
     setting = {
         "world_model": cfg.world_model,

@@ -376,6 +376,23 @@ def run_stages(stages: list[Stage], force: bool, run_dir: Path) -> list[StageRec
     return records
 
 
+def build_setting(config_class, stages_of: Callable) -> tuple:
+    """A benchmark-setting builder's start (pipelines.rl_setting, .push_setting): its config from the command
+    line, validated; its stages run under `root` (resuming: done stages are skipped). Returns (cfg, root,
+    records); exits naming the failed stage and its log."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from worldloop.common.config import parse_cli
+
+    cfg = parse_cli(config_class)
+    cfg.validate()
+    root = Path(cfg.root) if Path(cfg.root).is_absolute() else REPO / cfg.root
+    records = run_stages(stages_of(cfg, root), cfg.force, root)
+    if records[-1].status == "failed":
+        raise SystemExit(f"{records[-1].name} failed; log: {records[-1].produced}")
+    return cfg, root, records
+
+
 def _mp4_to_gif(src: Path, dst: Path, max_frames: int = 60) -> Path:
     import imageio.v3 as iio
 

@@ -21,16 +21,15 @@ then the `rl_in_imagination.py` command it prints. Writes `<root>/setting.json` 
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from worldloop.common.checkpoint import load_json, save_json
-from worldloop.common.config import ConfigError, parse_cli
+from worldloop.common.config import ConfigError
 from worldloop.common.run_record import print_table, write_run_record
-from worldloop.pipelines.quickstart import REPO, Stage, run_stages
+from worldloop.pipelines.quickstart import Stage, build_setting
 
 
 @dataclass
@@ -309,14 +308,7 @@ def pick_snapshot(rows: list[dict], band: list[float]) -> dict:
 
 
 def main() -> None:
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cfg = parse_cli(RLSettingConfig)
-    cfg.validate()
-    root = Path(cfg.root) if Path(cfg.root).is_absolute() else REPO / cfg.root
-    records = run_stages(stages(cfg, root), cfg.force, root)
-    if records[-1].status == "failed":
-        raise SystemExit(f"{records[-1].name} failed; log: {records[-1].produced}")
+    cfg, root, records = build_setting(RLSettingConfig, stages)
     t0 = time.perf_counter()
     rows = evaluate_snapshots(cfg, root / "bc", root / "bc" / "snapshot_sim_success.json")
     print_table(
