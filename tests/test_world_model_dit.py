@@ -50,6 +50,35 @@ def test_dit_shapes(views):
     assert len(kv) == 2 and kv[0][0].shape == (2, 2, 3 * views * 16, 16)
 
 
+@pytest.mark.parametrize("conditioned", [False, True])
+@pytest.mark.parametrize("teacher_forced", [False, True])
+def test_output_of_the_last_frames_alone_equals_the_full_pass(teacher_forced, conditioned):
+    """output_frames=n draws what a full pass draws for the last n frames (with a per-frame base of all F
+    frames or of those n), the same keys/values and tokens; 0 draws nothing; a count beyond F is an error."""
+    dit = randomise(
+        VideoDiT(
+            dit_config(
+                warp_previous_frame=True, residual_to_previous_frame=True, output_conv_conditioned=conditioned
+            )
+        )
+    )
+    x, prev, a, valid, t = dit_inputs(2, 5)
+    base = torch.randn_like(x)
+    args = (x, prev, a, valid, t, torch.arange(5))
+    full, kv, tokens = dit(*args, teacher_forced=teacher_forced, return_tokens=True, base=base)
+    for n, given in ((2, base), (2, base[:, -2:]), (5, base)):
+        out, kv_n, tokens_n = dit(
+            *args, teacher_forced=teacher_forced, return_tokens=True, base=given, output_frames=n
+        )
+        torch.testing.assert_close(out, full[:, -n:], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(tokens_n, tokens)
+        torch.testing.assert_close(kv_n[0][0], kv[0][0])
+    none, kv_0 = dit(*args, teacher_forced=teacher_forced, output_frames=0)
+    assert none is None and torch.equal(kv_0[1][1], kv[1][1])
+    with pytest.raises(ValueError, match="output_frames=6"):
+        dit(*args, output_frames=6)
+
+
 @pytest.mark.parametrize("views", [1, 2])
 def test_conditioned_output_conv_moves_pixels_by_the_action_alone(views):
     """With the transformer's output zeroed, only the output convolution can tell two actions apart: the

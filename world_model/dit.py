@@ -287,6 +287,7 @@ class VideoDiT(nn.Module):
         return_tokens: bool = False,
         prev_t: torch.Tensor | None = None,
         base: torch.Tensor | None = None,
+        output_frames: int | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """Denoise F frames.
 
@@ -295,11 +296,14 @@ class VideoDiT(nn.Module):
         [B, F, A]; action_valid, t: [B, F]; time_index: [F] frame indices (for rotary time); kv_cache: per
         block the keys/values of earlier frames these frames attend to; prev_t [B, F]: the noise level of the
         newest previous frame each frame reads (read with condition_on_previous_noise; None: 0); base
-        [B, F, V, C, H, W]: the frame each frame's residual starts from (residual_to_previous_frame; None: the
-        newest frame of prev).
-        Returns the output [B, F, V, C, H, W] and per block the keys/values of these frames (for appending
-        to a cache); with `return_tokens`, also the last block's tokens [B, F, frame_len, D] (what auxiliary
-        heads on the frames being drawn read).
+        [B, F, V, C, H, W] (or the output frames' alone): the frame each frame's residual starts from
+        (residual_to_previous_frame; None: the newest frame of prev); output_frames: draw the output of the
+        last `output_frames` frames only (None: all F; 0: none). Every frame still attends and is attended to,
+        so those outputs are exactly what a full pass gives them; frames that only serve as context (the
+        teacher-forced layout's first T, a KV-cache fill) skip the output layers and the pixel convolution.
+        Returns the output [B, F', V, C, H, W] (F' = output_frames, or F; None when 0) and per block the
+        keys/values of these frames (for appending to a cache); with `return_tokens`, also the last block's
+        tokens [B, F, frame_len, D] (what auxiliary heads on the frames being drawn read).
         """
         cfg = self.cfg
         b, nf, nv, c, hgt, wid = x.shape
@@ -317,11 +321,34 @@ class VideoDiT(nn.Module):
         for i, block in enumerate(self.blocks):
             tokens, kv = block(tokens, cond, rotation, teacher_forced, kv_cache[i] if kv_cache else None)
             new_kv.append(kv)
+        n = nf if output_frames is None else output_frames
+        if not 0 <= n <= nf:
+            raise ValueError(f"output_frames={output_frames}: expected 0..{nf} (the frames given)")
+        out = None
+        if n:
+            out = self.output(tokens[:, (nf - n) * cfg.frame_len :], cond[:, nf - n :], prev, base, b)
+        if return_tokens:
+            return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width)
+        return out, new_kv
+
+    def output(
+        self,
+        tokens: torch.Tensor,
+        cond: torch.Tensor,
+        prev: torch.Tensor | None,
+        base: torch.Tensor | None,
+        b: int,
+    ) -> torch.Tensor:
+        """The output [B, n, V, C, H, W] of the last n frames from their last-block tokens [B, n * frame_len, D]
+        and conditioning cond [B, n, D]; prev and base as `forward` takes them (their last n frames are read)."""
+        cfg = self.cfg
+        n, c = cond.shape[1], cfg.channels
+        prev = None if prev is None else prev[:, prev.shape[1] - n :]
         shift, scale = self.final_ada(F.silu(cond)).chunk(2, -1)
         h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)
-        out = self._unpatchify(self.final(h), b, nf)
+        out = self._unpatchify(self.final(h), b, n)
         if cfg.residual_to_previous_frame:
-            base = prev[:, :, :, :c] if base is None else base
+            base = prev[:, :, :, :c] if base is None else base[:, base.shape[1] - n :]
             if cfg.warp_previous_frame:
                 out, flow = out[:, :, :, :c], out[:, :, :, c:]
                 base = warp(base, flow)
@@ -329,9 +356,7 @@ class VideoDiT(nn.Module):
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
             out = out + self.refine_output(both, cond).view_as(out)
-        if return_tokens:
-            return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width)
-        return out, new_kv
+        return out
 
     def refine_output(self, frames: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """The output convolution's correction for frames [B, F, V, C', H, W] (output, and previous frame when

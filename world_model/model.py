@@ -59,7 +59,8 @@ class TeacherForcedConditioners:
     target_t: torch.Tensor  # [B, T-1] the targets' noise levels
     index: torch.Tensor  # [2T-1] each position's time index (0..T-1, then 1..T-1)
     prev_t: torch.Tensor  # [B, 2T-1] the noise level of the newest previous frame each position reads
-    # [B, 2T-1, V, C, h, w] the frame each position's residual starts from (None: the newest of prev)
+    # [B, T-1, V, C, h, w] the frame each target's residual starts from (None: the newest of prev); the context
+    # positions draw no output (`VideoDiT.forward`'s output_frames), so they need none
     residual_base: torch.Tensor | None = None
 
 
@@ -649,8 +650,9 @@ class WorldModel(nn.Module):
         prev = self.previous_frames(clean, base, ctx_t)
         residual_base = None
         if self.cfg.noise_free_residual_base:  # what `prev` reads newest, from the noise-free frames
-            newest = self.previous_frames(clean if base is None else base)[:, :, :, : clean.shape[3]]
-            residual_base = torch.cat([newest[:, :t_len], newest[:, 1:t_len]], 1)
+            residual_base = self.previous_frames(clean if base is None else base)[
+                :, 1:t_len, :, : clean.shape[3]
+            ]
         return TeacherForcedConditioners(
             prev=torch.cat([prev[:, :t_len], prev[:, 1:t_len]], 1),
             actions=torch.cat([lead_actions, lead_actions[:, 1:]], 1),
@@ -706,8 +708,9 @@ class WorldModel(nn.Module):
             return_tokens=True,
             prev_t=cond.prev_t,
             base=cond.residual_base,
+            output_frames=noisy.shape[1],
         )
-        return out[:, clean.shape[1] :], tokens[:, clean.shape[1] :]
+        return out, tokens[:, clean.shape[1] :]
 
     def wrap_model_output(self, out: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """The DiT's raw output for frames x_t at noise levels t [B, F] -> their denoised estimate x0
@@ -998,8 +1001,6 @@ class WorldModel(nn.Module):
             )
         else:
             t_all = torch.cat([history["t"], tt], 1)
-            if base is not None:  # the history's own outputs are dropped: any base of the right shape does
-                base = torch.cat([history["prev"][:, :, :, : base.shape[3]], base], 1)
             out, _ = self.dit(
                 torch.cat([history["x"], inp], 1),
                 torch.cat([history["prev"], prev], 1),
@@ -1009,8 +1010,8 @@ class WorldModel(nn.Module):
                 torch.cat([history["index"], index]),
                 prev_t=self._rollout_prev_t(t_all),
                 base=base,
+                output_frames=1,
             )
-            out = out[:, -1:]
         return self.wrap_model_output(out, x_t, tt)
 
     def decode_frame(self, x0: torch.Tensor) -> torch.Tensor:
@@ -1063,7 +1064,8 @@ class WorldModel(nn.Module):
         t = torch.full(clean.shape[:2], cfg.context_noise_rollout, device=clean.device)
         inp = flow.input_scale(clean, t, cfg.parameterisation, cfg.sigma_data)
         if history is None:
-            _, kv = self.dit(inp, prev, a, valid, t, index, kv_cache=cache, prev_t=self._rollout_prev_t(t))
+            prev_t = self._rollout_prev_t(t)
+            _, kv = self.dit(inp, prev, a, valid, t, index, kv_cache=cache, prev_t=prev_t, output_frames=0)
             keep = cfg.dit.context_frames * cfg.dit.frame_len
             new_cache = [
                 (torch.cat([c[0], k], 2)[:, :, -keep:], torch.cat([c[1], v], 2)[:, :, -keep:])

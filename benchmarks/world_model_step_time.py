@@ -1,0 +1,140 @@
+"""How long a training step of the push recipe's two phases takes here, and what the recipe's steps add up to.
+
+    python benchmarks/world_model_step_time.py --dataset.root=outputs/data/push_wm
+
+The recipe (docs/training.md) is `configs/world_model/tiny.yaml` (teacher forcing), then the self-rollout phase
+(`world_model/recipe.py`'s overrides, `self_rollout_steps` steps) from its weights. Each phase's model is built
+as `train_world_model.py` builds it and trained for `warmup` + `steps` steps on the dataset's training windows
+(the loss the shared loop calls, then AdamW); the timed steps give milliseconds per step for data, forward,
+backward and the optimiser. A full run also spends time on its end-of-run evaluation and calibrations, which
+this leaves out: `recipe_minutes` is a floor for what `training.json` records. Issue 24 asks for a recipe that
+trains in at most 60 minutes on 2 CPU cores; this measures it in a few minutes on the host at hand.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import write_result  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.rng import torch_seeded  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
+from worldloop.data.dataset import DatasetConfig  # noqa: E402
+from worldloop.data.stats import dataset_stats, environment_state_stats  # noqa: E402
+from worldloop.data.windows import WorldModelWindows  # noqa: E402
+from worldloop.world_model.model import WorldModel  # noqa: E402
+from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS  # noqa: E402
+from worldloop.world_model.trainer import (  # noqa: E402
+    TrainWorldModelConfig,
+    object_state_size,
+    open_dataset,
+    training_embodiment,
+)
+
+
+@dataclass
+class StepTimeBenchmarkConfig:
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    train_config: str = "configs/world_model/tiny.yaml"
+    self_rollout_steps: int = 1200  # the second phase's steps in the recipe (docs/training.md)
+    steps: int = 40  # timed steps per phase
+    warmup: int = 3  # untimed steps first (allocator, oneDNN primitives)
+    threads: int = 0  # torch threads; 0 -> torch's default
+    seed: int = 0
+    name: str = "world_model_step_time"
+
+
+def phase_config(cfg: StepTimeBenchmarkConfig, extra: tuple[str, ...]) -> TrainWorldModelConfig:
+    if not cfg.dataset.root:
+        raise ValueError("--dataset.root: a recording to train on is needed (e.g. outputs/data/push_wm)")
+    return parse_cli(
+        TrainWorldModelConfig, ["--config", cfg.train_config, f"--dataset.root={cfg.dataset.root}", *extra]
+    )
+
+
+def time_phase(train: TrainWorldModelConfig, steps: int, warmup: int, seed: int) -> dict[str, float]:
+    """Milliseconds per step (data, forward, backward, optimiser, total) over `steps` steps after `warmup`."""
+    dataset = open_dataset(train)
+    train_eps, _ = dataset.split()
+    if train.model.object_state_weight > 0:
+        train.model.object_state_dim = object_state_size(dataset)
+    stats = dataset_stats(dataset, train_eps)
+    if train.model.object_state_dim:
+        stats |= environment_state_stats(dataset, train_eps)
+    with torch_seeded(seed):
+        model = WorldModel(train.model, stats, training_embodiment(train, None))
+    windows = WorldModelWindows(dataset, train_eps, context=1, horizon=train.window - 1)
+    loader = DataLoader(
+        windows,
+        batch_size=train.train.batch_size,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train.train.lr)
+    model.train()
+    totals = dict.fromkeys(("data", "forward", "backward", "optimiser"), 0.0)
+    batches = iter(loader)
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        try:
+            batch = next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            batch = next(batches)
+        t1 = time.perf_counter()
+        loss, _ = model(batch)
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        t4 = time.perf_counter()
+        if i >= warmup:
+            for key, seconds in zip(totals, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                totals[key] += seconds
+    ms = {f"{k}_ms": 1000 * v / steps for k, v in totals.items()}
+    return ms | {"step_ms": sum(ms.values()), "batch_size": train.train.batch_size, "window": train.window}
+
+
+def run_benchmark(cfg: StepTimeBenchmarkConfig) -> dict:
+    if cfg.steps < 1 or cfg.warmup < 0:
+        raise ValueError(f"steps={cfg.steps}, warmup={cfg.warmup}: expected steps >= 1 and warmup >= 0")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    first = phase_config(cfg, ())
+    second = phase_config(cfg, (*SELF_ROLLOUT_PHASE_ARGS, f"--train.steps={cfg.self_rollout_steps}"))
+    phases = {}
+    for name, train in (("teacher_forced", first), ("self_rollout", second)):
+        phases[name] = time_phase(train, cfg.steps, cfg.warmup, cfg.seed) | {
+            "recipe_steps": train.train.steps
+        }
+    minutes = {k: v["step_ms"] * v["recipe_steps"] / 60_000 for k, v in phases.items()}
+    figures = {
+        "phases": phases,
+        "recipe_minutes": {**minutes, "total": sum(minutes.values())},
+        "torch_threads": torch.get_num_threads(),
+        "timed_steps": cfg.steps,
+    }
+    print_table([{"phase": k, **v} for k, v in phases.items()], "ms per training step")
+    print_table(
+        [figures["recipe_minutes"]], "the recipe's training steps, minutes (evaluation and calibration aside)"
+    )
+    return figures
+
+
+def main() -> None:
+    cfg = parse_cli(StepTimeBenchmarkConfig)
+    figures = run_benchmark(cfg)
+    print(f"wrote {write_result(cfg.name, figures)}")
+
+
+if __name__ == "__main__":
+    main()
