@@ -18,7 +18,7 @@
 # kernels.py writes its JSON after every section, so a stopped bench keeps the sections it finished.
 # TRAIN_RUN_STEPS (default 200) sets the train stage's length.
 # world_model: WM_DATA (a LeRobotDataset root, default outputs/data/push_wm; carry it), WM_SEED (0),
-# WM_TF_STEPS (tiny.yaml's), WM_SR_STEPS (1200), WM_ARGS (more overrides for both commands), WM_SR_ARGS (for the
+# WM_TF_STEPS (tiny.yaml's), WM_SR_STEPS (the recipe's, world_model/recipe.py), WM_ARGS (more overrides for both commands), WM_SR_ARGS (for the
 # second only, after the recipe's: the last of a repeated key wins), LIMIT_WORLD_MODEL,
 # WM_OUTPUT_DIR (where the two training runs write, default outputs/gpu_session).
 # The trained model comes back as $OUT/world_model_s<seed>.tar, the first phase's as world_model_s<seed>_tf.tar
@@ -85,7 +85,7 @@ for stage in $stages; do
         mkdir -p "$pkg/av" && echo "from . import logging" >"$pkg/av/__init__.py" && echo "WARNING = 30" >"$pkg/av/logging.py"
       fi
       seed=${WM_SEED:-0}; dir=${WM_OUTPUT_DIR:-outputs/gpu_session}/world_model_s$seed; log="$out/world_model_s$seed.log"
-      tf_steps=${WM_TF_STEPS:+--train.steps=$WM_TF_STEPS}; sr_steps=--train.steps=${WM_SR_STEPS:-1200}
+      tf_steps=${WM_TF_STEPS:+--train.steps=$WM_TF_STEPS}; sr_steps=--train.steps=${WM_SR_STEPS:-$($PY -c 'from worldloop.world_model.recipe import SELF_ROLLOUT_STEPS as n; print(n)')}
       [[ "${SMOKE:-0}" == 1 ]] && tf_steps=--train.steps=2 sr_steps=--train.steps=2
       common=(--config configs/world_model/tiny.yaml --dataset.root="$data" --train.seed="$seed"
               --eval.max_windows=0 --train.report_to=none ${WM_ARGS:-})

@@ -31,7 +31,7 @@ from worldloop.data.dataset import DatasetConfig  # noqa: E402
 from worldloop.data.stats import dataset_stats, environment_state_stats  # noqa: E402
 from worldloop.data.windows import WorldModelWindows  # noqa: E402
 from worldloop.world_model.model import WorldModel  # noqa: E402
-from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS  # noqa: E402
+from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS, SELF_ROLLOUT_STEPS  # noqa: E402
 from worldloop.world_model.trainer import (  # noqa: E402
     TrainWorldModelConfig,
     object_state_size,
@@ -44,7 +44,7 @@ from worldloop.world_model.trainer import (  # noqa: E402
 class StepTimeBenchmarkConfig:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     train_config: str = "configs/world_model/tiny.yaml"
-    self_rollout_steps: int = 1200  # the second phase's steps in the recipe (docs/training.md)
+    self_rollout_steps: int = SELF_ROLLOUT_STEPS  # the second phase's steps in the recipe
     steps: int = 40  # timed steps per phase
     warmup: int = 3  # untimed steps first (allocator, oneDNN primitives)
     threads: int = 0  # torch threads; 0 -> torch's default

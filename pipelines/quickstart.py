@@ -22,7 +22,7 @@ from pathlib import Path
 
 from worldloop.common.checkpoint import save_json
 from worldloop.pipelines.report import Media, StageRecord, write_report
-from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS
+from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS, SELF_ROLLOUT_STEPS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ class QuickstartConfig:
     # from 0.727 to 0.794, above copy-last at every horizon (docs/experiments.md, 2026-11-25); 1,200 steps
     # against 600 raised the cube's displacement r in each of 3 seeds (2026-11-27); drawing 4 frames of 8 instead
     # of 2 of 6 lowered the IDM error ratio at h30 in each of 3 seeds (2026-11-28). 0 skips it.
-    world_model_self_rollout_steps: int = 1200
+    world_model_self_rollout_steps: int = SELF_ROLLOUT_STEPS
     posttrain_steps: int = 20  # per post-training stage; a few seconds a step on 2 CPU cores
     heads_steps: int = 1500  # outcome heads fitted again on the post-trained model's own rollouts
     policy_steps: int = 2000  # the tiny FlowVLA recipe: 100/100 on reach with 360 skill-1.0 demos

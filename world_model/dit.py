@@ -326,7 +326,7 @@ class VideoDiT(nn.Module):
             raise ValueError(f"output_frames={output_frames}: expected 0..{nf} (the frames given)")
         out = None
         if n:
-            out = self.output(tokens[:, (nf - n) * cfg.frame_len :], cond[:, nf - n :], prev, base, b)
+            out = self.output(tokens[:, (nf - n) * cfg.frame_len :], cond[:, nf - n :], prev, base)
         if return_tokens:
             return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width)
         return out, new_kv
@@ -337,12 +337,11 @@ class VideoDiT(nn.Module):
         cond: torch.Tensor,
         prev: torch.Tensor | None,
         base: torch.Tensor | None,
-        b: int,
     ) -> torch.Tensor:
         """The output [B, n, V, C, H, W] of the last n frames from their last-block tokens [B, n * frame_len, D]
         and conditioning cond [B, n, D]; prev and base as `forward` takes them (their last n frames are read)."""
         cfg = self.cfg
-        n, c = cond.shape[1], cfg.channels
+        b, n, c = cond.shape[0], cond.shape[1], cfg.channels
         prev = None if prev is None else prev[:, prev.shape[1] - n :]
         shift, scale = self.final_ada(F.silu(cond)).chunk(2, -1)
         h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)

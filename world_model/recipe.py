@@ -3,9 +3,12 @@
 After teacher forcing, training goes on from those weights (`--init_from`) with the model drawing the last four
 frames of each 8-frame window itself, gradient through all four, so the frames that carry the loss are drawn on
 from up to three frames of its own (kept over 3 seeds against two of six: docs/experiments.md, 2026-11-28).
-The quickstart and `benchmarks/gpu_session.sh` run it from here, so the recipe has one definition. No imports,
-so the shell script reads it without loading torch.
+The quickstart, `benchmarks/gpu_session.sh` and `benchmarks/world_model_step_time.py` read it from here, so the
+recipe has one definition. No imports, so the shell script reads it without loading torch.
 """
+
+# 1,200 against 600 raised the drawn cube's displacement r in each of 3 seeds (docs/experiments.md, 2026-11-27).
+SELF_ROLLOUT_STEPS = 1200
 
 SELF_ROLLOUT_PHASE_ARGS = (
     "--train.lr=3.0e-4",
