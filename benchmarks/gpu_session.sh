@@ -18,8 +18,8 @@
 # kernels.py writes its JSON after every section, so a stopped bench keeps the sections it finished.
 # TRAIN_RUN_STEPS (default 200) sets the train stage's length.
 # world_model: WM_DATA (a LeRobotDataset root, default outputs/data/push_wm; carry it), WM_SEED (0),
-# WM_TF_STEPS (tiny.yaml's), WM_SR_STEPS (the recipe's, world_model/recipe.py), WM_ARGS (more overrides for both commands), WM_SR_ARGS (for the
-# second only, after the recipe's: the last of a repeated key wins), LIMIT_WORLD_MODEL,
+# WM_TF_STEPS (tiny.yaml's), WM_SR_STEPS (world_model/recipe.py's), WM_ARGS (more overrides for both commands),
+# WM_SR_ARGS (for the second only, after the recipe's: the last of a repeated key wins), LIMIT_WORLD_MODEL,
 # WM_OUTPUT_DIR (where the two training runs write, default outputs/gpu_session).
 # The trained model comes back as $OUT/world_model_s<seed>.tar, the first phase's as world_model_s<seed>_tf.tar
 # (~11 MB each): `tar -xf` them into outputs/world_model/<name>.

@@ -25,18 +25,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
-from worldloop.common.rng import torch_seeded  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig  # noqa: E402
-from worldloop.data.stats import dataset_stats, environment_state_stats  # noqa: E402
-from worldloop.data.windows import WorldModelWindows  # noqa: E402
-from worldloop.world_model.model import WorldModel  # noqa: E402
 from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS, SELF_ROLLOUT_STEPS  # noqa: E402
 from worldloop.world_model.trainer import (  # noqa: E402
     TrainWorldModelConfig,
-    object_state_size,
+    new_model,
     open_dataset,
     training_embodiment,
+    training_windows,
 )
 
 
@@ -48,7 +45,7 @@ class StepTimeBenchmarkConfig:
     steps: int = 40  # timed steps per phase
     warmup: int = 3  # untimed steps first (allocator, oneDNN primitives)
     threads: int = 0  # torch threads; 0 -> torch's default
-    seed: int = 0
+    seed: int = 0  # train.seed: the initial weights and the data order
     name: str = "world_model_step_time"
 
 
@@ -56,27 +53,28 @@ def phase_config(cfg: StepTimeBenchmarkConfig, extra: tuple[str, ...]) -> TrainW
     if not cfg.dataset.root:
         raise ValueError("--dataset.root: a recording to train on is needed (e.g. outputs/data/push_wm)")
     return parse_cli(
-        TrainWorldModelConfig, ["--config", cfg.train_config, f"--dataset.root={cfg.dataset.root}", *extra]
+        TrainWorldModelConfig,
+        [
+            "--config",
+            cfg.train_config,
+            f"--dataset.root={cfg.dataset.root}",
+            f"--train.seed={cfg.seed}",
+            *extra,
+        ],
     )
 
 
-def time_phase(train: TrainWorldModelConfig, steps: int, warmup: int, seed: int) -> dict[str, float]:
+def time_phase(train: TrainWorldModelConfig, steps: int, warmup: int) -> dict[str, float]:
     """Milliseconds per step (data, forward, backward, optimiser, total) over `steps` steps after `warmup`."""
     dataset = open_dataset(train)
     train_eps, _ = dataset.split()
-    if train.model.object_state_weight > 0:
-        train.model.object_state_dim = object_state_size(dataset)
-    stats = dataset_stats(dataset, train_eps)
-    if train.model.object_state_dim:
-        stats |= environment_state_stats(dataset, train_eps)
-    with torch_seeded(seed):
-        model = WorldModel(train.model, stats, training_embodiment(train, None))
-    windows = WorldModelWindows(dataset, train_eps, context=1, horizon=train.window - 1)
+    model = new_model(train, dataset, train_eps, training_embodiment(train, None))
+    windows = training_windows(train, dataset, train_eps)
     loader = DataLoader(
         windows,
         batch_size=train.train.batch_size,
         shuffle=True,
-        generator=torch.Generator().manual_seed(seed),
+        generator=torch.Generator().manual_seed(train.train.seed),
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=train.train.lr)
     model.train()
@@ -113,9 +111,7 @@ def run_benchmark(cfg: StepTimeBenchmarkConfig) -> dict:
     second = phase_config(cfg, (*SELF_ROLLOUT_PHASE_ARGS, f"--train.steps={cfg.self_rollout_steps}"))
     phases = {}
     for name, train in (("teacher_forced", first), ("self_rollout", second)):
-        phases[name] = time_phase(train, cfg.steps, cfg.warmup, cfg.seed) | {
-            "recipe_steps": train.train.steps
-        }
+        phases[name] = time_phase(train, cfg.steps, cfg.warmup) | {"recipe_steps": train.train.steps}
     minutes = {k: v["step_ms"] * v["recipe_steps"] / 60_000 for k, v in phases.items()}
     figures = {
         "phases": phases,

@@ -39,9 +39,8 @@ class QuickstartConfig:
     demo_steps: int = 40
     world_model_steps: int = 6400
     # Then from those weights, training on its own rollouts (the self-rollout loss): on push it lifted SSIM@30
-    # from 0.727 to 0.794, above copy-last at every horizon (docs/experiments.md, 2026-11-25); 1,200 steps
-    # against 600 raised the cube's displacement r in each of 3 seeds (2026-11-27); drawing 4 frames of 8 instead
-    # of 2 of 6 lowered the IDM error ratio at h30 in each of 3 seeds (2026-11-28). 0 skips it.
+    # from 0.727 to 0.794, above copy-last at every horizon (docs/experiments.md, 2026-11-25); the recipe's
+    # steps and overrides are world_model/recipe.py's. 0 skips it.
     world_model_self_rollout_steps: int = SELF_ROLLOUT_STEPS
     posttrain_steps: int = 20  # per post-training stage; a few seconds a step on 2 CPU cores
     heads_steps: int = 1500  # outcome heads fitted again on the post-trained model's own rollouts

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
-from torch.utils.data import ConcatDataset
+from torch.utils.data import ConcatDataset, Dataset
 
 from worldloop.common.checkpoint import atomic_directory, load_matching_weights, save_json
 from worldloop.common.config import ConfigError, load_config
@@ -25,7 +25,7 @@ from worldloop.common.training import TrainLoopConfig, run_training
 from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from worldloop.data.embodiment import AUTO, DEFAULT_MARGIN, embodiment_for_dataset
 from worldloop.data.features import ENVIRONMENT_STATE
-from worldloop.data.stats import dataset_stats, environment_state_stats, load_stats
+from worldloop.data.stats import Stats, dataset_stats, environment_state_stats, load_stats
 from worldloop.data.windows import WorldModelWindows, repeat_moving_windows
 from worldloop.world_model.checkpoint_inputs import dataset_config_for
 from worldloop.world_model.imagined_windows import ImaginedWindows
@@ -170,6 +170,38 @@ def make_eval_fn(windows: HeldOutWindows | None, cfg: EvalConfig):
     return evaluate
 
 
+def new_model(
+    cfg: TrainWorldModelConfig,
+    dataset: EpisodeDataset,
+    train_eps: list[int],
+    embodiment: EmbodimentSpec,
+    stats: Stats | None = None,
+) -> WorldModel:
+    """A world model with fresh weights, drawn from `train.seed` (runs on different seeds are independent draws;
+    the seed also sets the data order and the noise), normalised by `stats` or else by the training episodes'
+    own (their objects' states too, with object_state_weight > 0, which also sets `model.object_state_dim`)."""
+    if cfg.model.object_state_weight > 0:
+        cfg.model.object_state_dim = object_state_size(dataset)
+    if stats is None:
+        stats = dataset_stats(dataset, train_eps)
+        if cfg.model.object_state_dim:
+            stats |= environment_state_stats(dataset, train_eps)
+    with torch_seeded(cfg.train.seed):
+        return WorldModel(cfg.model, stats, embodiment)
+
+
+def training_windows(cfg: TrainWorldModelConfig, dataset: EpisodeDataset, train_eps: list[int]) -> Dataset:
+    """The training episodes' `window`-frame windows, those where an object moves listed `object_motion_repeat`
+    times."""
+    windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
+    if cfg.object_motion_repeat == 1:
+        return windows
+    try:
+        return repeat_moving_windows(windows, cfg.object_motion_repeat, cfg.object_motion_min)
+    except (DatasetError, ValueError) as e:
+        raise ConfigError(f"object_motion_repeat={cfg.object_motion_repeat}: {e}") from e
+
+
 def train(cfg: TrainWorldModelConfig) -> WorldModel:
     started = time.perf_counter()
     if cfg.window < 2:
@@ -209,19 +241,9 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
     )
     print(f"embodiment: {embodiment.name} ({embodiment.num_joints} joints, {embodiment.fps} fps)")
     train_eps, held_eps = dataset.split()
-    if cfg.model.object_state_weight > 0:
-        cfg.model.object_state_dim = object_state_size(dataset)
     # Heads fitted on a frozen model must see inputs normalised as the model was trained.
-    if cfg.heads_only:
-        stats = load_stats(Path(cfg.init_from) / "stats.json")
-    else:
-        stats = dataset_stats(dataset, train_eps)
-        if cfg.model.object_state_dim:
-            stats |= environment_state_stats(dataset, train_eps)
-    # The initial weights follow the run's seed, so that runs on different seeds are independent draws
-    # (`train.seed` also sets the data order and the noise).
-    with torch_seeded(cfg.train.seed):
-        model = WorldModel(cfg.model, stats, embodiment)
+    stats = load_stats(Path(cfg.init_from) / "stats.json") if cfg.heads_only else None
+    model = new_model(cfg, dataset, train_eps, embodiment, stats)
     # heads_only loads the frozen model on resume too: the rollouts the heads fit on are drawn before the
     # checkpoint's (identical) weights are restored.
     if cfg.init_from and (not cfg.resume or cfg.heads_only):
@@ -236,12 +258,7 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         model.freeze_all_but_heads()
     if cfg.freeze_heads:
         model.heads.requires_grad_(False)
-    windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
-    if cfg.object_motion_repeat != 1:
-        try:
-            windows = repeat_moving_windows(windows, cfg.object_motion_repeat, cfg.object_motion_min)
-        except (DatasetError, ValueError) as e:
-            raise ConfigError(f"object_motion_repeat={cfg.object_motion_repeat}: {e}") from e
+    windows = training_windows(cfg, dataset, train_eps)
     # Heads that do not read the judged frame (heads.use_frame=False) gain nothing from drawn ones.
     if cfg.heads_only and cfg.heads_on_rollouts and model.cfg.heads.use_frame:
         windows = ConcatDataset(
