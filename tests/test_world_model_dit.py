@@ -223,14 +223,16 @@ def test_rollout_shapes_and_ranges():
         ("euler", False, True, 1),
         ("euler", False, True, 2),
         ("euler", False, False, "warp"),
+        ("euler", False, False, "dithered"),
     ],
 )
 def test_kv_cache_rollout_equals_recompute(method, action_delta, conditioned, previous):
     model = tiny_model(
         action_delta=action_delta,
         output_conv_conditioned=conditioned,
-        previous_frames=1 if previous == "warp" else previous,
-        warp_previous_frame=previous == "warp",
+        previous_frames=previous if isinstance(previous, int) else 1,
+        warp_previous_frame=not isinstance(previous, int),
+        warp_read="dithered" if previous == "dithered" else "bilinear",
     )
     model.cfg.sampler.method = method
     inputs = rollout_inputs(h=6)
@@ -341,6 +343,47 @@ def test_warp_reads_the_frame_at_the_displaced_position():
     half = warp(frame, left * 0.5)  # half a pixel: the edges blend bilinearly
     assert half[0, 0, 5, 4] == pytest.approx(0.5) and half[0, 0, 5, 8] == pytest.approx(0.5)
     assert half[0, 0, 5, 5] == pytest.approx(1.0) and half[0, 0, 5, 3] == pytest.approx(0.0)
+
+
+def test_whole_pixel_warp_moves_without_blur_and_keeps_the_gradient():
+    frame = square(4, 4)
+    left = torch.zeros(1, 2, 12, 12)
+    left[:, 0] = -0.6  # rounds to one pixel: a copy of the square one pixel to the right, edges still hard
+    nearest = torch.full((1,), 0.5)
+    torch.testing.assert_close(warp(frame, left, nearest), square(5, 4))
+    torch.testing.assert_close(warp(frame, left * 0.5, nearest), frame)  # -0.3 rounds to 0
+    assert not torch.equal(warp(frame, left), square(5, 4))  # bilinear blends the edges
+    # Dithered: offset u moves it by floor(-0.6 + u), i.e. one pixel for u < 0.6, none above.
+    torch.testing.assert_close(warp(frame, left, torch.full((1,), 0.55)), square(5, 4))
+    torch.testing.assert_close(warp(frame, left, torch.full((1,), 0.65)), frame)
+    grads = []
+    for offset in (None, nearest):
+        flow = left.clone().requires_grad_()
+        (warp(frame, flow, offset) * square(6, 4)).sum().backward()
+        grads.append(flow.grad)
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_dithered_warp_moves_as_far_on_average_sharp_and_seeded():
+    dit = VideoDiT(dit_config(warp_previous_frame=True, warp_read="dithered"))
+    flow = torch.zeros(2000, 1, 1, 2, 12, 12)  # [B, n, V, 2, H, W]
+    flow[:, :, :, 0] = -0.3  # read 0.3 px to the left: the square moves 0.3 px right
+    offsets = dit.warp_offset(flow, torch.Generator().manual_seed(0))
+    assert offsets.shape == (2000, 1, 1)
+    frames = square(4, 4).expand(2000, 3, 12, 12)
+    moved = warp(frames, flow.flatten(0, 2), offsets.flatten())
+    # Each sample is the square shifted by a whole pixel or not at all (no blended edge) ...
+    one = torch.isclose(moved, square(5, 4)).flatten(1).all(1)
+    none = torch.isclose(moved, square(4, 4)).flatten(1).all(1)
+    assert bool((one | none).all())
+    assert float(one.float().mean()) == pytest.approx(0.3, abs=0.04)  # ... one with the fraction's chance
+    again = dit.warp_offset(flow, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(offsets, again)
+    assert VideoDiT(dit_config(warp_previous_frame=True)).warp_offset(flow, None) is None
+    with pytest.raises(ValueError, match="warp_read"):
+        dit_config(warp_read="cubic").validate()
+    with pytest.raises(ValueError, match="warp_previous_frame"):
+        dit_config(warp_read="nearest").validate()
 
 
 @pytest.mark.parametrize("shift", [(1, 0), (-1, 0), (0, 1), (0, -1)])

@@ -26,6 +26,9 @@ from worldloop import cuda_ext
 from worldloop.world_model.attention import check_backend, frame_attention
 
 
+WARP_READS = ("bilinear", "nearest", "dithered")
+
+
 @dataclass
 class VideoDiTConfig:
     image_size: int = 64  # frames (or latents) are image_size x image_size
@@ -62,6 +65,15 @@ class VideoDiTConfig:
     # as a displacement it is one value per pixel, and the loss's gradient through the bilinear read points
     # it the right way. The displacement starts at zero: the model starts as the plain residual.
     warp_previous_frame: bool = False
+    # How the warp reads the previous frame: bilinear at the displacement, or at whole pixels (a copy; the
+    # gradient stays the frame's central difference at the unrounded displacement), rounded to the nearest
+    # or `dithered`: floor(displacement + u) with one u ~ U[0, 1) per frame and view, so each pixel moves
+    # by the displacement's whole part plus one with the chance of its fraction. A bilinear read at a
+    # fractional displacement blurs what it moves, and a rollout warps its own output again every frame:
+    # pushed cubes, rendered with hard edges and moving whole pixels between frames, smeared and faded.
+    # Rounded to the nearest, a cube that moves less than half a pixel a step never moves; dithered, it
+    # moves as far on average, stays sharp, and samples differ where the move is uncertain.
+    warp_read: str = "bilinear"
     # A small full-resolution convolution on the output and the previous frame (0 disables it): it removes
     # patch seams and, as the tokens cannot, cleans pixel-level errors carried in through the residual.
     output_conv_channels: int = 32
@@ -92,6 +104,10 @@ class VideoDiTConfig:
                 "dit.warp_previous_frame moves the residual's previous frame: it needs "
                 "dit.residual_to_previous_frame"
             )
+        if self.warp_read not in WARP_READS:
+            raise ValueError(f"dit.warp_read={self.warp_read!r}; expected one of {WARP_READS}")
+        if self.warp_read != "bilinear" and not self.warp_previous_frame:
+            raise ValueError(f"dit.warp_read={self.warp_read!r} reads the warp: it needs dit.warp_previous_frame")
         if self.context_frames < 1:
             raise ValueError(f"dit.context_frames={self.context_frames} must be >= 1")
         if self.previous_frames < 1:
@@ -149,9 +165,11 @@ def _read_at(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
     return F.grid_sample(frames, grid, mode="bilinear", padding_mode="border", align_corners=True)
 
 
-def warp(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
+def warp(frames: torch.Tensor, flow: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
     """frames [..., C, H, W] read at each pixel's own position plus flow [..., 2, H, W] (x then y, in pixels;
     bilinear, edges repeated): out[y, x] = frames[y + flow_y, x + flow_x]. Zero flow returns the frames.
+    `offset` [...] in [0, 1): the value is read at whole pixels, floor(flow + offset) (0.5 rounds to the
+    nearest; a copy, no blur); the gradient below is the same.
 
     The gradient with respect to the flow is the frame's central difference at the read position (half a
     pixel each way). Bilinear reading's own is one-sided at whole pixels: on a hard-edged object (the push
@@ -161,7 +179,10 @@ def warp(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
     *lead, c, hgt, wid = frames.shape
     frames, flow = frames.reshape(-1, c, hgt, wid), flow.reshape(-1, 2, hgt, wid)
     held = flow.detach()
-    out = _read_at(frames, held)
+    if offset is None:
+        out = _read_at(frames, held)
+    else:
+        out = _read_at(frames, torch.floor(held + offset.reshape(-1, 1, 1, 1)))
     if flow.requires_grad:
         with torch.no_grad():
             dx = held.new_tensor([0.5, 0.0]).view(1, 2, 1, 1)
@@ -288,6 +309,7 @@ class VideoDiT(nn.Module):
         prev_t: torch.Tensor | None = None,
         base: torch.Tensor | None = None,
         output_frames: int | None = None,
+        generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """Denoise F frames.
 
@@ -303,7 +325,8 @@ class VideoDiT(nn.Module):
         teacher-forced layout's first T, a KV-cache fill) skip the output layers and the pixel convolution.
         Returns the output [B, F', V, C, H, W] (F' = output_frames, or F; None when 0) and per block the
         keys/values of these frames (for appending to a cache); with `return_tokens`, also the last block's
-        tokens [B, F, frame_len, D] (what auxiliary heads on the frames being drawn read).
+        tokens [B, F, frame_len, D] (what auxiliary heads on the frames being drawn read). `generator`: the
+        dithered warp's draws (`dit.warp_read`; None: torch's global one).
         """
         cfg = self.cfg
         b, nf, nv, c, hgt, wid = x.shape
@@ -326,7 +349,7 @@ class VideoDiT(nn.Module):
             raise ValueError(f"output_frames={output_frames}: expected 0..{nf} (the frames given)")
         out = None
         if n:
-            out = self.output(tokens[:, (nf - n) * cfg.frame_len :], cond[:, nf - n :], prev, base)
+            out = self.output(tokens[:, (nf - n) * cfg.frame_len :], cond[:, nf - n :], prev, base, generator)
         if return_tokens:
             return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width)
         return out, new_kv
@@ -337,9 +360,11 @@ class VideoDiT(nn.Module):
         cond: torch.Tensor,
         prev: torch.Tensor | None,
         base: torch.Tensor | None,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """The output [B, n, V, C, H, W] of the last n frames from their last-block tokens [B, n * frame_len, D]
-        and conditioning cond [B, n, D]; prev and base as `forward` takes them (their last n frames are read)."""
+        and conditioning cond [B, n, D]; prev, base and generator as `forward` takes them (their last n frames
+        are read)."""
         cfg = self.cfg
         b, n, c = cond.shape[0], cond.shape[1], cfg.channels
         prev = None if prev is None else prev[:, prev.shape[1] - n :]
@@ -350,12 +375,21 @@ class VideoDiT(nn.Module):
             base = prev[:, :, :, :c] if base is None else base[:, base.shape[1] - n :]
             if cfg.warp_previous_frame:
                 out, flow = out[:, :, :, :c], out[:, :, :, c:]
-                base = warp(base, flow)
+                base = warp(base, flow, self.warp_offset(flow, generator))
             out = out + base
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
             out = out + self.refine_output(both, cond).view_as(out)
         return out
+
+    def warp_offset(self, flow: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor | None:
+        """`warp`'s offset for displacements flow [B, n, V, 2, H, W] under `dit.warp_read` (None: bilinear)."""
+        read = self.cfg.warp_read
+        if read == "bilinear":
+            return None
+        if read == "nearest":
+            return flow.new_full(flow.shape[:3], 0.5)
+        return torch.rand(flow.shape[:3], generator=generator, device=flow.device, dtype=flow.dtype)
 
     def refine_output(self, frames: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """The output convolution's correction for frames [B, F, V, C', H, W] (output, and previous frame when

@@ -965,10 +965,10 @@ class WorldModel(nn.Module):
         yes = torch.ones(b, 1, dtype=torch.bool, device=a.device)
 
         def denoise(x_t, t):
-            cond = self.next_frame_x0(x_t, t, context, a, yes)
+            cond = self.next_frame_x0(x_t, t, context, a, yes, generator)
             if sampler.guidance_scale == 1.0:
                 return cond, None
-            return cond, self.next_frame_x0(x_t, t, context, a, ~yes)
+            return cond, self.next_frame_x0(x_t, t, context, a, ~yes, generator)
 
         noise = torch.randn(context.last.shape, generator=generator, device=a.device)
         x0 = self.clamp_pixels(sample(denoise, noise, sampler, generator))
@@ -977,11 +977,18 @@ class WorldModel(nn.Module):
         return x0
 
     def next_frame_x0(
-        self, x_t: torch.Tensor, t: float, context: RolloutContext, a: torch.Tensor, valid: torch.Tensor
+        self,
+        x_t: torch.Tensor,
+        t: float,
+        context: RolloutContext,
+        a: torch.Tensor,
+        valid: torch.Tensor,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """One denoiser call: the next frame x_t [B, 1, V, C, h, w] at noise level t, after the context, under
         action features a [B, 1, A'] (ignored where valid [B, 1] is False) -> its x0 estimate (encoded, not
-        clamped). Reads the KV cache, or re-runs the whole history on the recompute path."""
+        clamped). Reads the KV cache, or re-runs the whole history on the recompute path. `generator`: the
+        dithered warp's draws (`dit.warp_read`)."""
         cfg = self.cfg
         tt = torch.full((x_t.shape[0], 1), t, device=x_t.device)
         inp = flow.input_scale(x_t, tt, cfg.parameterisation, cfg.sigma_data)
@@ -998,6 +1005,7 @@ class WorldModel(nn.Module):
                 kv_cache=context.cache,
                 prev_t=self._rollout_prev_t(tt),
                 base=base,
+                generator=generator,
             )
         else:
             t_all = torch.cat([history["t"], tt], 1)
@@ -1011,6 +1019,7 @@ class WorldModel(nn.Module):
                 prev_t=self._rollout_prev_t(t_all),
                 base=base,
                 output_frames=1,
+                generator=generator,
             )
         return self.wrap_model_output(out, x_t, tt)
 
