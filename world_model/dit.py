@@ -25,7 +25,6 @@ from torch import nn
 from worldloop import cuda_ext
 from worldloop.world_model.attention import check_backend, frame_attention
 
-
 WARP_READS = ("bilinear", "nearest", "dithered")
 
 
@@ -107,7 +106,9 @@ class VideoDiTConfig:
         if self.warp_read not in WARP_READS:
             raise ValueError(f"dit.warp_read={self.warp_read!r}; expected one of {WARP_READS}")
         if self.warp_read != "bilinear" and not self.warp_previous_frame:
-            raise ValueError(f"dit.warp_read={self.warp_read!r} reads the warp: it needs dit.warp_previous_frame")
+            raise ValueError(
+                f"dit.warp_read={self.warp_read!r} reads the warp: it needs dit.warp_previous_frame"
+            )
         if self.context_frames < 1:
             raise ValueError(f"dit.context_frames={self.context_frames} must be >= 1")
         if self.previous_frames < 1:
