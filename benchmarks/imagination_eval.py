@@ -150,7 +150,8 @@ def speed_only(cfg: ImaginationEvalBenchmarkConfig) -> None:
     import yaml
 
     from worldloop.common.config import load_config
-    from worldloop.world_model.model import WorldModel, WorldModelConfig
+    from worldloop.world_model.configuration_world_model import WorldModelConfig
+    from worldloop.world_model.model import WorldModel
 
     sim_cfg = SimEvalConfig(task=cfg.task, max_steps=cfg.horizon)
     if Path(cfg.world_model, "config.yaml").is_file():

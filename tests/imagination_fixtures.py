@@ -6,9 +6,10 @@ import torch
 import vla_fixtures
 
 from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.heads import OutcomeHeadsConfig
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.model import WorldModel
 from worldloop.world_model.world_model_env import InitialStates
 
 IMAGE_SIZE = 16

@@ -154,8 +154,9 @@ def test_flex_does_not_recompile_when_only_the_batch_changes():
 
 
 def _tiny_world_model(backend: str):
+    from worldloop.world_model.configuration_world_model import WorldModelConfig
     from worldloop.world_model.dit import VideoDiTConfig
-    from worldloop.world_model.model import WorldModel, WorldModelConfig
+    from worldloop.world_model.model import WorldModel
 
     torch.manual_seed(0)
     dit = VideoDiTConfig(

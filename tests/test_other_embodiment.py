@@ -23,9 +23,10 @@ from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, Polic
 from worldloop.rl_finetune.wm_posttrain.posttrain import PosttrainConfig, run_posttraining
 from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy
 from worldloop.vla.sim_evaluation import SimEvalConfig
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.model import WorldModel
 
 JOINTS = SO101_ARM.num_joints
 SIZE = 16  # the models' frame size; the dataset's frames are 24x32 and resized to it

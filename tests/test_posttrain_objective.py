@@ -15,9 +15,10 @@ from worldloop.rl_finetune.wm_posttrain.posttrain import (
     RolloutGroupConfig,
 )
 from worldloop.rl_finetune.wm_posttrain.rollout_stability import FidelityRewardConfig
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.model import WorldModel
 from worldloop.world_model.sampler import SamplerConfig
 
 

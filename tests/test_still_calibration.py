@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from worldloop.data.dataset import DatasetConfig
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.metrics import HeldOutWindows
-from worldloop.world_model.model import WorldModel, WorldModelConfig, keep_still_pixels
+from worldloop.world_model.model import WorldModel, keep_still_pixels
 from worldloop.world_model.sampler import SamplerConfig
 from worldloop.world_model.still_calibration import calibrate_still_threshold
 

@@ -8,9 +8,10 @@ import torch
 
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset
 from worldloop.world_model import success_calibration
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.model import WorldModel
 from worldloop.world_model.success_calibration import (
     balanced_accuracy,
     bootstrap_picks,

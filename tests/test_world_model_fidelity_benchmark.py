@@ -10,9 +10,10 @@ from conftest import record_tiny_push
 
 from benchmarks.world_model_fidelity import FidelityBenchmarkConfig, run_benchmark
 from worldloop.data.dataset import DatasetConfig
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.model import WorldModel
 from worldloop.world_model.trainer import EvalConfig
 from worldloop.world_model.training_record import write_training_record
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from worldloop.world_model.codec import AutoencoderConfig
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.model import WorldModel
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_world_model_steps import SIZE, tiny_model
 
-from worldloop.world_model.model import WorldModelConfig
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.sampler import SamplerConfig, sample
 
 

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.metrics import (
     HeldOutWindows,
@@ -20,7 +21,7 @@ from worldloop.world_model.metrics import (
     ssim,
     summarize,
 )
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.model import WorldModel
 from worldloop.world_model.sampler import SamplerConfig, noise_levels, sample
 
 

@@ -16,7 +16,8 @@ from worldloop.data.dataset import DatasetConfig, EpisodeDataset
 from worldloop.data.features import ENVIRONMENT_STATE
 from worldloop.data.stats import ENVIRONMENT_MOTION, compute_stats
 from worldloop.data.windows import WorldModelWindows, object_motion, repeat_moving_windows
-from worldloop.world_model.model import WorldModel, WorldModelConfig, identity_stats
+from worldloop.world_model.configuration_world_model import WorldModelConfig
+from worldloop.world_model.model import WorldModel, identity_stats
 from worldloop.world_model.trainer import TrainWorldModelConfig, train
 
 E = 3

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.model import WorldModel
 
 SIZE = 16
 

@@ -15,9 +15,10 @@ from worldloop.common.training import TrainLoopConfig, run_training
 from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from worldloop.data.stats import dataset_stats
 from worldloop.data.windows import WorldModelWindows
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.model import WorldModel
 from worldloop.world_model.trainer import TrainWorldModelConfig, train
 from worldloop.world_model.training_record import recipe_time
 

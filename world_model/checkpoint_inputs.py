@@ -17,7 +17,8 @@ import warnings
 from worldloop.common.config import ConfigError
 from worldloop.common.embodiment import TABLETOP_ARM, EmbodimentSpec, load_embodiment
 from worldloop.data.dataset import DatasetConfig
-from worldloop.world_model.model import WorldModel, WorldModelConfig
+from worldloop.world_model.configuration_world_model import WorldModelConfig
+from worldloop.world_model.model import WorldModel
 
 
 def embodiment_of(model: WorldModel, override: str = "", option: str = "embodiment") -> EmbodimentSpec:

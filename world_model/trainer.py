@@ -28,9 +28,10 @@ from worldloop.data.features import ENVIRONMENT_STATE
 from worldloop.data.stats import Stats, dataset_stats, environment_state_stats, load_stats
 from worldloop.data.windows import WorldModelWindows, repeat_moving_windows
 from worldloop.world_model.checkpoint_inputs import dataset_config_for
+from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.imagined_windows import ImaginedWindows
 from worldloop.world_model.metrics import HeldOutWindows, imagine, rollout_fidelity, summarize
-from worldloop.world_model.model import EMBODIMENT_FILE, WorldModel, WorldModelConfig
+from worldloop.world_model.model import EMBODIMENT_FILE, WorldModel
 from worldloop.world_model.still_calibration import calibrate_still_threshold
 from worldloop.world_model.success_calibration import calibrate_success_threshold
 from worldloop.world_model.training_record import write_training_record
