@@ -71,7 +71,10 @@ class VideoDiTConfig:
     # fractional displacement blurs what it moves, and a rollout warps its own output again every frame:
     # pushed cubes, rendered with hard edges and moving whole pixels between frames, smeared and faded.
     # Rounded to the nearest, a cube that moves less than half a pixel a step never moves; dithered, it
-    # moves as far on average, stays sharp, and samples differ where the move is uncertain.
+    # moves as far on average, stays sharp, and samples differ where the move is uncertain. Neither is in a
+    # recipe (docs/experiments.md, 2026-11-29): trained with `dithered`, push models lost the cube as often,
+    # and still pixels, whose displacement is never exactly zero, jumped now and then (SSIM@30 -0.06); it
+    # lowered the IDM ratio and gave samples that differ (clip-reward group std 0.02).
     warp_read: str = "bilinear"
     # A small full-resolution convolution on the output and the previous frame (0 disables it): it removes
     # patch seams and, as the tokens cannot, cleans pixel-level errors carried in through the residual.
