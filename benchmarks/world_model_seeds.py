@@ -11,7 +11,7 @@ pairs. Reported: every figure per seed, each arm's mean with its Student-t 95% i
 differences (candidate minus baseline) with theirs. The keep rule is the protocol's, fixed before the runs:
 the candidate is kept when, in every seed pair, it is better on every `keep_higher` and `keep_lower` figure,
 no `max_rise` figure rose by more than its allowance (`'--max_rise={cube_error@30: 0.3}'`: a guard, not a
-win to have), and every candidate draws frames above copy-last in SSIM and PSNR at every horizon (unless
+win to have), no `max_drop` figure fell by more than its (`'--max_drop={cube_r: 0.05}'`), and every candidate draws frames above copy-last in SSIM and PSNR at every horizon (unless
 `--beat_copy_last=false`). This script only reads results; it trains and scores nothing.
 """
 
@@ -64,6 +64,7 @@ class SeedComparisonConfig:
     keep_higher: list[str] = field(default_factory=lambda: ["ssim@30"])
     keep_lower: list[str] = field(default_factory=lambda: ["idm_ratio@30"])
     max_rise: dict[str, float] = field(default_factory=dict)  # figure -> how much higher it may be
+    max_drop: dict[str, float] = field(default_factory=dict)  # figure -> how much lower it may be
     beat_copy_last: bool = True
     name: str = "world_model_seeds"
 
@@ -73,19 +74,21 @@ class SeedComparisonConfig:
                 f"baseline and candidate need one fidelity JSON per seed each, in the same seed order; got "
                 f"{len(self.baseline)} and {len(self.candidate)}"
             )
-        unknown = [f for f in [*self.keep_higher, *self.keep_lower, *self.max_rise] if f not in FIGURES]
+        named = [*self.keep_higher, *self.keep_lower, *self.max_rise, *self.max_drop]
+        unknown = [f for f in named if f not in FIGURES]
         if unknown:
             raise ConfigError(
-                f"keep_higher/keep_lower/max_rise name unknown figures {unknown}; known: {list(FIGURES)}"
+                f"keep_higher/keep_lower/max_rise/max_drop name unknown figures {unknown}; known: {list(FIGURES)}"
             )
-        negative = {f: v for f, v in self.max_rise.items() if v < 0}
-        if negative:
-            raise ConfigError(f"max_rise allowances must be >= 0, got {negative}")
+        for option in ("max_rise", "max_drop"):
+            negative = {f: v for f, v in getattr(self, option).items() if v < 0}
+            if negative:
+                raise ConfigError(f"{option} allowances must be >= 0, got {negative}")
 
     def rule_figures(self) -> list[str]:
         """The figures the keep rule reads: each must be measured in every result."""
         copy_last = COPY_LAST if self.beat_copy_last else []
-        return [*self.keep_higher, *self.keep_lower, *self.max_rise, *copy_last]
+        return [*self.keep_higher, *self.keep_lower, *self.max_rise, *self.max_drop, *copy_last]
 
 
 def read_figures(path: str | Path) -> tuple[dict[str, float], tuple[int, str]]:
@@ -141,12 +144,14 @@ def compare(
     wins = {n: [d > 0 for d in figures[n]["differences"]] for n in cfg.keep_higher}
     wins |= {n: [d < 0 for d in figures[n]["differences"]] for n in cfg.keep_lower}
     guards = {n: [d <= rise for d in figures[n]["differences"]] for n, rise in cfg.max_rise.items()}
+    guards |= {n: [d >= -drop for d in figures[n]["differences"]] for n, drop in cfg.max_drop.items()}
     if cfg.beat_copy_last:
         guards |= {n: [v == 1.0 for v in figures[n]["candidate"]] for n in COPY_LAST}
     result["keep_rule"] = {
         "higher": cfg.keep_higher,
         "lower": cfg.keep_lower,
         "max_rise": cfg.max_rise,
+        "max_drop": cfg.max_drop,
         "beat_copy_last": cfg.beat_copy_last,
         "wins_per_seed": wins,
         "guards_per_seed": guards,
@@ -186,7 +191,8 @@ def main() -> None:
     print_table(rows, title=f"candidate minus baseline over {result['seeds']} seeds (95% t interval)")
     print(
         f"kept: {result['kept']} (rule, in every seed pair: higher {cfg.keep_higher}, lower {cfg.keep_lower}, "
-        f"at most this much higher {cfg.max_rise}, above copy-last everywhere: {cfg.beat_copy_last})"
+        f"at most this much higher {cfg.max_rise}, at most this much lower {cfg.max_drop}, above copy-last "
+        f"everywhere: {cfg.beat_copy_last})"
     )
     path = write_result(cfg.name, result, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     print(f"wrote {path}")

@@ -75,6 +75,28 @@ def test_guards_allow_a_bounded_rise_and_require_beating_copy_last(tmp_path):
         SeedComparisonConfig(baseline=["a"], candidate=["b"], max_rise={"cube_error@30": -1.0}).validate()
 
 
+def test_max_drop_lets_a_higher_is_better_figure_fall_by_at_most_its_allowance(tmp_path):
+    base = [read_figures(fidelity_result(tmp_path / f"b{i}.json", 0.80, 8.0))[0] for i in range(3)]
+    cand = [read_figures(fidelity_result(tmp_path / f"c{i}.json", 0.85, 3.0))[0] for i in range(3)]
+    for run, r in zip(base, [0.80, 0.75, 0.78]):
+        run["cube_r"] = r
+    for run, r in zip(cand, [0.76, 0.90, 0.735]):  # -0.04, +0.15, -0.045
+        run["cube_r"] = r
+    cfg = SeedComparisonConfig(max_drop={"cube_r": 0.05}, beat_copy_last=False)
+    out = compare(base, cand, cfg)
+    assert out["keep_rule"]["guards_per_seed"]["cube_r"] == [True, True, True]
+    assert out["keep_rule"]["max_drop"] == {"cube_r": 0.05}
+    assert out["kept"] is True
+    cand[2]["cube_r"] = 0.72  # -0.06
+    out = compare(base, cand, cfg)
+    assert out["keep_rule"]["guards_per_seed"]["cube_r"] == [True, True, False]
+    assert out["kept"] is False
+    with pytest.raises(ValueError, match="max_drop allowances must be >= 0"):
+        SeedComparisonConfig(baseline=["a"], candidate=["b"], max_drop={"cube_r": -0.1}).validate()
+    with pytest.raises(ValueError, match="unknown figures"):
+        SeedComparisonConfig(baseline=["a"], candidate=["b"], max_drop={"fps": 0.1}).validate()
+
+
 def test_bad_inputs_name_the_file_or_field(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="missing.json"):
         read_figures(tmp_path / "missing.json")
