@@ -66,12 +66,14 @@ def test_output_of_the_last_frames_alone_equals_the_full_pass(teacher_forced, co
     x, prev, a, valid, t = dit_inputs(2, 5)
     base = torch.randn_like(x)
     args = (x, prev, a, valid, t, torch.arange(5))
-    full, kv, tokens = dit(*args, teacher_forced=teacher_forced, return_tokens=True, base=base)
+    full, kv, tokens, flow = dit(*args, teacher_forced=teacher_forced, return_internals=True, base=base)
+    assert flow.shape == (2, 5, 1, 2, *x.shape[-2:])
     for n, given in ((2, base), (2, base[:, -2:]), (5, base)):
-        out, kv_n, tokens_n = dit(
-            *args, teacher_forced=teacher_forced, return_tokens=True, base=given, output_frames=n
+        out, kv_n, tokens_n, flow_n = dit(
+            *args, teacher_forced=teacher_forced, return_internals=True, base=given, output_frames=n
         )
         torch.testing.assert_close(out, full[:, -n:], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(flow_n, flow[:, -n:], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(tokens_n, tokens)
         torch.testing.assert_close(kv_n[0][0], kv[0][0])
     none, kv_0 = dit(*args, teacher_forced=teacher_forced, output_frames=0)

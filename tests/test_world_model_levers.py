@@ -135,6 +135,38 @@ def test_motion_weighted_loss_counts_errors_on_the_mover_more():
     torch.testing.assert_close(weighted, plain)
 
 
+def test_still_displacement_loss_counts_the_warp_where_nothing_moved_and_joins_the_loss_when_asked():
+    frames, actions = _moving_dot_window()
+    warp = {"residual_to_previous_frame": True, "warp_previous_frame": True}
+    model = tiny_model(warp, still_displacement_weight=0.5)
+    _, x, _ = model.encode_window(frames, actions)
+    displacement = torch.zeros(1, 3, 1, 2, SIZE, SIZE)
+    # a displacement on the dot's path (it moved there) costs nothing ...
+    displacement[0, 0, 0, 0, 6, 6] = 3.0
+    assert model.still_displacement_loss(displacement, x) == 0
+    # ... and one of 3 px, x only, on the still background counts as 3 over (2 axes x still pixels)
+    displacement[0, 0, 0, 0, 12, 12] = 3.0
+    # 3 frames; in each the dot's grown old and new places (4x4 each) moved, the last new one cut by the edge
+    still = 3 * SIZE * SIZE - (32 + 32 + 28)
+    torch.testing.assert_close(
+        model.still_displacement_loss(displacement, x), torch.tensor(3.0 / (2 * still))
+    )
+    # in training: the term is the weighted mean |displacement| the teacher-forced pass predicted
+    plain = tiny_model(warp).train()
+    torch.manual_seed(7)
+    loss, logs = plain.compute_loss(frames, actions)
+    assert "loss/still_displacement" not in logs
+    pinned = tiny_model(warp, still_displacement_weight=0.5).train()
+    torch.manual_seed(7)
+    with_term, logs = pinned.compute_loss(frames, actions)
+    assert logs["loss/still_displacement"] > 0
+    torch.testing.assert_close(with_term - loss, torch.tensor(0.5 * logs["loss/still_displacement"]))
+    with pytest.raises(ValueError, match="still_displacement_weight=-1"):
+        WorldModelConfig(still_displacement_weight=-1.0).validate()
+    with pytest.raises(ValueError, match="needs dit.warp_previous_frame"):
+        WorldModelConfig(still_displacement_weight=0.5).validate()
+
+
 def _two_futures(x_t: torch.Tensor, t: float):
     """The exact clean-frame estimate when the future is either -1 or +1, equally likely."""
     if t >= 1:

@@ -79,7 +79,7 @@ def test_object_state_loss_is_added_with_its_weight_and_reaches_the_backbone():
     model = object_model()
     model.zero_grad()
     model.object_state_loss(
-        model.compute_model_output(*_teacher_forced(model, frames, actions))[1], objects
+        model.compute_model_output(*_teacher_forced(model, frames, actions)).tokens, objects
     ).backward()
     assert model.object_state.weight.grad.abs().sum() > 0
     assert all(blk.qkv.weight.grad.abs().sum() > 0 for blk in model.dit.blocks)

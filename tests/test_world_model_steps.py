@@ -61,7 +61,7 @@ def test_compute_loss_is_the_weighted_sum_of_its_steps(self_forcing):
         assert torch.equal(replaced.clean[:, 0], noised.clean[:, 0])  # frame 0 is always the real one
         noised = replaced
     cond = model.compute_conditioners(noised.clean, noised.ctx_t, noised.target_t, a, keep)
-    out, _ = model.compute_model_output(noised.clean, noised.noisy, cond)
+    out = model.compute_model_output(noised.clean, noised.noisy, cond).out
     assert out.shape == x[:, 1:].shape
     diffusion, x0_mse = model.diffusion_loss(out, noised)
     heads = model.outcome_heads_loss(pixels, outcomes, state, task, None)
@@ -140,7 +140,7 @@ def test_training_steps_see_a_target_as_the_rollout_steps_see_the_next_frame(
         assert torch.equal(noised.clean, x)
         keep = torch.ones_like(noised.target_t, dtype=torch.bool)
         cond = model.compute_conditioners(noised.clean, noised.ctx_t, noised.target_t, a, keep)
-        out, _ = model.compute_model_output(noised.clean, noised.noisy, cond)
+        out = model.compute_model_output(noised.clean, noised.noisy, cond).out
         trained = model.wrap_model_output(out, noised.noisy, noised.target_t)
         for i in range(1, 5):  # target frame i after context frames 0..i-1 (more than dit.context_frames)
             context = model.encode_context(frames[:, :i, None], actions[:, : i - 1])

@@ -309,7 +309,7 @@ class VideoDiT(nn.Module):
         time_index: torch.Tensor,
         teacher_forced: bool = False,
         kv_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-        return_tokens: bool = False,
+        return_internals: bool = False,
         prev_t: torch.Tensor | None = None,
         base: torch.Tensor | None = None,
         output_frames: int | None = None,
@@ -328,9 +328,10 @@ class VideoDiT(nn.Module):
         so those outputs are exactly what a full pass gives them; frames that only serve as context (the
         teacher-forced layout's first T, a KV-cache fill) skip the output layers and the pixel convolution.
         Returns the output [B, F', V, C, H, W] (F' = output_frames, or F; None when 0) and per block the
-        keys/values of these frames (for appending to a cache); with `return_tokens`, also the last block's
-        tokens [B, F, frame_len, D] (what auxiliary heads on the frames being drawn read). `generator`: the
-        dithered warp's draws (`dit.warp_read`; None: torch's global one).
+        keys/values of these frames (for appending to a cache); with `return_internals`, also the last block's
+        tokens [B, F, frame_len, D] (what auxiliary heads on the frames being drawn read) and the output
+        frames' predicted displacements [B, F', V, 2, H, W] (`output`'s; None without the warp). `generator`:
+        the dithered warp's draws (`dit.warp_read`; None: torch's global one).
         """
         cfg = self.cfg
         b, nf, nv, c, hgt, wid = x.shape
@@ -351,11 +352,13 @@ class VideoDiT(nn.Module):
         n = nf if output_frames is None else output_frames
         if not 0 <= n <= nf:
             raise ValueError(f"output_frames={output_frames}: expected 0..{nf} (the frames given)")
-        out = None
+        out = displacement = None
         if n:
-            out = self.output(tokens[:, (nf - n) * cfg.frame_len :], cond[:, nf - n :], prev, base, generator)
-        if return_tokens:
-            return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width)
+            out, displacement = self.output(
+                tokens[:, (nf - n) * cfg.frame_len :], cond[:, nf - n :], prev, base, generator
+            )
+        if return_internals:
+            return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width), displacement
         return out, new_kv
 
     def output(
@@ -365,16 +368,18 @@ class VideoDiT(nn.Module):
         prev: torch.Tensor | None,
         base: torch.Tensor | None,
         generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The output [B, n, V, C, H, W] of the last n frames from their last-block tokens [B, n * frame_len, D]
         and conditioning cond [B, n, D]; prev, base and generator as `forward` takes them (their last n frames
-        are read)."""
+        are read). Also returns the displacements the previous frame was read at, [B, n, V, 2, H, W] in pixels
+        (None without `warp_previous_frame`)."""
         cfg = self.cfg
         b, n, c = cond.shape[0], cond.shape[1], cfg.channels
         prev = None if prev is None else prev[:, prev.shape[1] - n :]
         shift, scale = self.final_ada(F.silu(cond)).chunk(2, -1)
         h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)
         out = self._unpatchify(self.final(h), b, n)
+        flow = None
         if cfg.residual_to_previous_frame:
             base = prev[:, :, :, :c] if base is None else base[:, base.shape[1] - n :]
             if cfg.warp_previous_frame:
@@ -384,7 +389,7 @@ class VideoDiT(nn.Module):
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
             out = out + self.refine_output(both, cond).view_as(out)
-        return out
+        return out, flow
 
     def warp_offset(self, flow: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor | None:
         """`warp`'s offset for displacements flow [B, n, V, 2, H, W] under `dit.warp_read` (None: bilinear)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -63,6 +64,14 @@ class TeacherForcedConditioners:
     # [B, T-1, V, C, h, w] the frame each target's residual starts from (None: the newest of prev); the context
     # positions draw no output (`VideoDiT.forward`'s output_frames), so they need none
     residual_base: torch.Tensor | None = None
+
+
+class TeacherForcedOutput(NamedTuple):
+    """What one teacher-forced DiT pass gives for the T-1 targets of a window."""
+
+    out: torch.Tensor  # [B, T-1, ...] the raw output, in the parameterisation's own units
+    tokens: torch.Tensor  # [B, T-1, frame_len, D] the last block's tokens (what auxiliary heads read)
+    displacement: torch.Tensor | None  # [B, T-1, V, 2, h, w] where the warp read the previous frame (pixels)
 
 
 @dataclass
@@ -325,7 +334,7 @@ class WorldModel(nn.Module):
         noised) earlier frames, the same view it has in a KV-cache rollout.
         Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
         compute_conditioners, compute_model_output, diffusion_loss (through wrap_model_output),
-        outcome_heads_loss (with outcomes), object_state_loss (with object_state_weight), self_rollout_loss
+        still_displacement_loss (with still_displacement_weight), outcome_heads_loss (with outcomes), object_state_loss (with object_state_weight), self_rollout_loss
         (with self_rollout_frames), idm_loss.
         """
         cfg = self.cfg
@@ -341,10 +350,14 @@ class WorldModel(nn.Module):
             window = self.self_force_context(window, a)
         base = window.x if window.base is None else window.base
         cond = self.compute_conditioners(window.clean, window.ctx_t, window.target_t, a, keep, base=base)
-        out, tokens = self.compute_model_output(window.clean, window.noisy, cond)
+        out, tokens, displacement = self.compute_model_output(window.clean, window.noisy, cond)
         weights = self.motion_weights(x)
         loss, x0_mse = self.diffusion_loss(out, window, weights)
         logs = {"loss/diffusion": loss.item(), "loss/x0_mse": x0_mse.item()}
+        if cfg.still_displacement_weight > 0:
+            still_loss = self.still_displacement_loss(displacement, x)
+            loss = loss + cfg.still_displacement_weight * still_loss
+            logs["loss/still_displacement"] = still_loss.item()
         if cfg.object_state_weight > 0:
             object_loss = self.object_state_loss(tokens, environment_state)
             loss = loss + cfg.object_state_weight * object_loss
@@ -413,7 +426,9 @@ class WorldModel(nn.Module):
             all_actions = torch.ones_like(window.target_t, dtype=torch.bool)
             cond = self.compute_conditioners(clean, window.ctx_t, own_t, a, all_actions, base=x)
             own = self.clamp_pixels(
-                self.wrap_model_output(self.compute_model_output(clean, own_noisy, cond)[0], own_noisy, own_t)
+                self.wrap_model_output(
+                    self.compute_model_output(clean, own_noisy, cond).out, own_noisy, own_t
+                )
             )
             own_noised = flow.add_noise(own, torch.randn_like(own), window.ctx_t[:, 1:])
             pick = (torch.rand(b, device=x.device) < cfg.self_forcing).view(b, *[1] * (x.dim() - 1))
@@ -469,6 +484,15 @@ class WorldModel(nn.Module):
         if cfg.motion_loss_span == "window":
             moved = moved.amax(1, keepdim=True).expand_as(moved)
         return 1 + cfg.motion_loss_weight * moved
+
+    def still_displacement_loss(self, displacement: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Mean |displacement| (pixels, per axis) of the teacher-forced targets' warp [B, T-1, V, 2, h, w] over
+        the pixels that stood still since the real frame before (`moved_pixels` of the encoded window x
+        [B, T, ...] is 0). On flat table the frame loss leaves the displacement free (reading anywhere on it
+        gives the same colour), so it drifts off zero, and a read at whole pixels then makes edges next to it
+        jump; this pins it at zero wherever nothing moved."""
+        still = 1 - moved_pixels(x[:, :-1], x[:, 1:], self.cfg.motion_threshold)
+        return (still * displacement.abs()).sum() / (2 * still.sum()).clamp_min(1)
 
     @staticmethod
     def frame_loss(pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
@@ -539,17 +563,16 @@ class WorldModel(nn.Module):
 
     def compute_model_output(
         self, clean: torch.Tensor, noisy: torch.Tensor, cond: TeacherForcedConditioners
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> TeacherForcedOutput:
         """One teacher-forced DiT pass: context frames clean [B, T, ...] and noisy targets
-        [B, T-1, ...] scaled for the parameterisation -> the raw output for the targets [B, T-1, ...] (in the
-        parameterisation's own units: x0, velocity or the EDM network output) and the targets' last-block
-        tokens [B, T-1, frame_len, D]."""
+        [B, T-1, ...] scaled for the parameterisation -> the targets' raw output (in the parameterisation's
+        own units: x0, velocity or the EDM network output), last-block tokens and warp displacements."""
         cfg = self.cfg
         sd, par = cfg.sigma_data, cfg.parameterisation
         seq = torch.cat(
             [flow.input_scale(clean, cond.ctx_t, par, sd), flow.input_scale(noisy, cond.target_t, par, sd)], 1
         )
-        out, _, tokens = self.dit(
+        out, _, tokens, displacement = self.dit(
             seq,
             cond.prev,
             cond.actions,
@@ -557,12 +580,12 @@ class WorldModel(nn.Module):
             torch.cat([cond.ctx_t, cond.target_t], 1),
             cond.index,
             teacher_forced=True,
-            return_tokens=True,
+            return_internals=True,
             prev_t=cond.prev_t,
             base=cond.residual_base,
             output_frames=noisy.shape[1],
         )
-        return out, tokens[:, clean.shape[1] :]
+        return TeacherForcedOutput(out, tokens[:, clean.shape[1] :], displacement)
 
     def wrap_model_output(self, out: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """The DiT's raw output for frames x_t at noise levels t [B, F] -> their denoised estimate x0

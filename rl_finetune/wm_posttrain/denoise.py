@@ -52,4 +52,4 @@ def predict_x0(model: WorldModel, x: torch.Tensor, actions: torch.Tensor, noised
     every_action = torch.ones(b, length - 1, dtype=torch.bool, device=x.device)
     a = model.normalize_action(actions)
     cond = model.compute_conditioners(clean, ctx_t, noised.t, a, every_action, base=x)
-    return model.wrap_model_output(model.compute_model_output(clean, noisy, cond)[0], noisy, noised.t)
+    return model.wrap_model_output(model.compute_model_output(clean, noisy, cond).out, noisy, noised.t)
