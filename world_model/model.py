@@ -333,8 +333,8 @@ class WorldModel(nn.Module):
         Every frame 1..T-1 is a target, denoised from its own noise level while seeing clean (lightly
         noised) earlier frames, the same view it has in a KV-cache rollout.
         Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
-        compute_conditioners, compute_model_output, diffusion_loss (through wrap_model_output),
-        still_displacement_loss (with still_displacement_weight), outcome_heads_loss (with outcomes),
+        compute_conditioners, compute_model_output, window_motion (with a motion or still-displacement
+        weight), diffusion_loss (through wrap_model_output), still_displacement_loss (with still_displacement_weight), outcome_heads_loss (with outcomes),
         object_state_loss (with object_state_weight), self_rollout_loss (with self_rollout_frames), idm_loss.
         """
         cfg = self.cfg
@@ -351,11 +351,15 @@ class WorldModel(nn.Module):
         base = window.x if window.base is None else window.base
         cond = self.compute_conditioners(window.clean, window.ctx_t, window.target_t, a, keep, base=base)
         out, tokens, displacement = self.compute_model_output(window.clean, window.noisy, cond)
-        weights = self.motion_weights(x)
+        # which pixels moved in the real window: both the motion weights and the still-displacement term read it
+        moved = (
+            self.window_motion(x) if cfg.motion_loss_weight > 0 or cfg.still_displacement_weight > 0 else None
+        )
+        weights = self.motion_weights(moved)
         loss, x0_mse = self.diffusion_loss(out, window, weights)
         logs = {"loss/diffusion": loss.item(), "loss/x0_mse": x0_mse.item()}
         if cfg.still_displacement_weight > 0:
-            still_loss = self.still_displacement_loss(displacement, x)
+            still_loss = self.still_displacement_loss(displacement, moved)
             loss = loss + cfg.still_displacement_weight * still_loss
             logs["loss/still_displacement"] = still_loss.item()
         if cfg.object_state_weight > 0:
@@ -465,33 +469,37 @@ class WorldModel(nn.Module):
         self, x: torch.Tensor, a: torch.Tensor, weights: torch.Tensor | None = None
     ) -> torch.Tensor:
         """MSE of the self-rollout's frames that carry gradient against the real ones (x [B, T, ...] encoded,
-        a [B, T, A] normalised), weighted by `weights` [B, T-1, ...] (`motion_weights(x)`) when given."""
+        a [B, T, A] normalised), weighted by `weights` [B, T-1, ...] (`motion_weights`) when given."""
         frames = self.self_rollout(x, a)
         m = self.cfg.self_rollout_grad_frames
         return self.frame_loss(
             torch.cat(frames[-m:], 1), x[:, x.shape[1] - m :], None if weights is None else weights[:, -m:]
         )
 
-    def motion_weights(self, x: torch.Tensor) -> torch.Tensor | None:
-        """Loss weights of frames 1..T-1 of an encoded window x [B, T, V, C, h, w]: [B, T-1, V, 1, h, w],
+    def window_motion(self, x: torch.Tensor) -> torch.Tensor:
+        """Where frames 1..T-1 of an encoded window x [B, T, V, C, h, w] moved since the frame before them:
+        [B, T-1, V, 1, h, w], `moved_pixels` at motion_threshold."""
+        return moved_pixels(x[:, :-1], x[:, 1:], self.cfg.motion_threshold)
+
+    def motion_weights(self, moved: torch.Tensor | None) -> torch.Tensor | None:
+        """Loss weights of frames 1..T-1 of a window from where they moved (`window_motion`, [B, T-1, ...]):
         1 + motion_loss_weight where a frame moved since the one before it (with motion_loss_span `window`:
         where any frame of the window moved since the one before it), else 1; None when motion_loss_weight
         is 0."""
         cfg = self.cfg
         if cfg.motion_loss_weight == 0:
             return None
-        moved = moved_pixels(x[:, :-1], x[:, 1:], cfg.motion_threshold)
         if cfg.motion_loss_span == "window":
             moved = moved.amax(1, keepdim=True).expand_as(moved)
         return 1 + cfg.motion_loss_weight * moved
 
-    def still_displacement_loss(self, displacement: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def still_displacement_loss(self, displacement: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
         """Mean |displacement| (pixels, per axis) of the teacher-forced targets' warp [B, T-1, V, 2, h, w] over
-        the pixels that stood still since the real frame before (`moved_pixels` of the encoded window x
-        [B, T, ...] is 0). On flat table the frame loss leaves the displacement free (reading anywhere on it
-        gives the same colour), so it drifts off zero, and a read at whole pixels then makes edges next to it
-        jump; this pins it at zero wherever nothing moved."""
-        still = 1 - moved_pixels(x[:, :-1], x[:, 1:], self.cfg.motion_threshold)
+        the pixels that stood still since the real frame before (`window_motion` of the window, `moved`, is
+        0). On flat table the frame loss leaves the displacement free (reading anywhere on it gives the same
+        colour), so it drifts off zero, and a read at whole pixels then makes edges next to it jump; this
+        pins it at zero wherever nothing moved."""
+        still = 1 - moved
         return (still * displacement.abs()).sum() / (2 * still.sum()).clamp_min(1)
 
     @staticmethod
