@@ -46,15 +46,18 @@ FIGURES: dict[str, tuple[str, str, int | None]] = {
     "cube_found@30": ("targets_issue24", "cube_found_rate_h30", None),
     "cube_r": ("targets_issue24", "cube_displacement_r", None),
     "group_std": ("targets_issue24", "clip_reward_group_std", None),
-    # measured since 2026-11-26: older results lack them, and a comparison leaves out what a file lacks
+    # measured since 2026-11-26 (cube_found_moving@30: 2026-11-29): older results lack them, and a comparison
+    # leaves out what a file lacks
     "cube_still_error@30": ("targets_issue24", "cube_still_error_px_h30", None),
     "cube_step_slope": ("targets_issue24", "cube_one_step_slope", None),
+    # cube_found@30 over the windows where the real cube moves at least 4 px (where a lost cube costs r)
+    "cube_found_moving@30": ("targets_issue24", "cube_found_rate_moving_h30", None),
     # 1.0 where the drawn frames beat copying the last frame at every horizon 1..30, else 0.0
     "ssim_above_copy_last": ("targets_issue24", "ssim_above_copy_last_every_h", None),
     "psnr_above_copy_last": ("targets_issue24", "psnr_above_copy_last_every_h", None),
 }
 COPY_LAST = ["ssim_above_copy_last", "psnr_above_copy_last"]
-OPTIONAL = {"cube_still_error@30", "cube_step_slope"}
+OPTIONAL = {"cube_still_error@30", "cube_step_slope", "cube_found_moving@30"}
 
 
 @dataclass

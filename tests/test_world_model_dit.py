@@ -389,6 +389,34 @@ def test_dithered_warp_moves_as_far_on_average_sharp_and_seeded():
         dit_config(warp_read="nearest").validate()
 
 
+def test_hybrid_warp_dithers_only_displacements_of_half_a_pixel_or_more():
+    dit = VideoDiT(dit_config(warp_previous_frame=True, warp_read="hybrid", output_conv_channels=0))
+    prev = torch.zeros(1, 1, 1, 3, SIZE, SIZE)
+    prev[..., 6:10, 6:10] = 1.0
+    tokens_cond = torch.zeros(1, dit.cfg.frame_len, dit.cfg.width), torch.zeros(1, 1, dit.cfg.width)
+    frames = square(4, 4)
+    for shift, expect_whole in ((-0.3, False), (-0.7, True)):
+        flow = torch.zeros(1, 2, 12, 12)
+        flow[:, 0] = shift
+        for u in (0.1, 0.9):
+            moved = warp(frames, flow, torch.full((1,), u), 0.5)
+            if expect_whole:  # dithered: a whole pixel or none, hard edges
+                target = square(5, 4) if u < 0.7 else frames
+                torch.testing.assert_close(moved, target)
+            else:  # under half a pixel: the bilinear read, whatever the draw
+                torch.testing.assert_close(moved, warp(frames, flow))
+    # the model's output path passes the hybrid threshold: with zero change and a flow of -0.3 everywhere the
+    # output is the bilinear read, not a copy
+    with torch.no_grad():
+        dit.final.weight.zero_()
+        dit.final.bias.zero_()
+        dit.final.bias.view(-1, dit.cfg.channels + 2)[:, dit.cfg.channels] = -0.3
+    out, flow = dit.output(*tokens_cond, prev, None, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(flow[0, 0, 0, 0], torch.full((SIZE, SIZE), -0.3))
+    torch.testing.assert_close(out[0, 0, 0], warp(prev[0, 0], flow[0, 0])[0])
+    assert not torch.equal(out[0, 0, 0], prev[0, 0, 0])
+
+
 @pytest.mark.parametrize("shift", [(1, 0), (-1, 0), (0, 1), (0, -1)])
 def test_warp_gradient_points_the_displacement_toward_the_true_motion(shift):
     """A hard-edged square that truly moved one pixel: at zero displacement the loss's gradient asks for reading
