@@ -25,7 +25,7 @@ from torch import nn
 from worldloop import cuda_ext
 from worldloop.world_model.attention import check_backend, frame_attention
 
-WARP_READS = ("bilinear", "nearest", "dithered", "hybrid")
+WARP_READS = ("bilinear", "bicubic", "nearest", "dithered", "hybrid")
 # `hybrid` reads displacements of at least this many pixels (per axis) dithered, smaller ones bilinearly.
 HYBRID_WHOLE_FROM = 0.5
 
@@ -160,8 +160,9 @@ def rotate_by_time(x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor])
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
 
 
-def _read_at(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
-    """Bilinear read of frames [N, C, H, W] at each pixel's position plus flow [N, 2, H, W] (pixels)."""
+def _read_at(frames: torch.Tensor, flow: torch.Tensor, mode: str = "bilinear") -> torch.Tensor:
+    """Read of frames [N, C, H, W] at each pixel's position plus flow [N, 2, H, W] (pixels); `mode` is
+    grid_sample's (bilinear, or bicubic: Catmull-Rom)."""
     hgt, wid = frames.shape[-2:]
     ys, xs = torch.meshgrid(
         torch.arange(hgt, device=flow.device, dtype=flow.dtype),
@@ -172,28 +173,33 @@ def _read_at(frames: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
     gx = (xs + flow[:, 0]) * (2 / max(wid - 1, 1)) - 1
     gy = (ys + flow[:, 1]) * (2 / max(hgt - 1, 1)) - 1
     grid = torch.stack([gx, gy], -1)
-    return F.grid_sample(frames, grid, mode="bilinear", padding_mode="border", align_corners=True)
+    return F.grid_sample(frames, grid, mode=mode, padding_mode="border", align_corners=True)
 
 
 def warp(
-    frames: torch.Tensor, flow: torch.Tensor, offset: torch.Tensor | None = None, whole_from: float = 0.0
+    frames: torch.Tensor,
+    flow: torch.Tensor,
+    offset: torch.Tensor | None = None,
+    whole_from: float = 0.0,
+    mode: str = "bilinear",
 ) -> torch.Tensor:
     """frames [..., C, H, W] read at each pixel's own position plus flow [..., 2, H, W] (x then y, in pixels;
-    bilinear, edges repeated): out[y, x] = frames[y + flow_y, x + flow_x]. Zero flow returns the frames.
+    `mode` bilinear or bicubic, edges repeated): out[y, x] = frames[y + flow_y, x + flow_x]. Zero flow returns
+    the frames.
     `offset` [...] in [0, 1): the value is read at whole pixels, floor(flow + offset) (0.5 rounds to the
     nearest; a copy, no blur), except where |flow| < `whole_from` (per axis), read bilinearly as without an
-    offset; the gradient below is the same.
+    offset; the gradient below is the same whatever the read.
 
     The gradient with respect to the flow is the frame's central difference at the read position (half a
     pixel each way). Bilinear reading's own is one-sided at whole pixels: on a hard-edged object (the push
     cubes are rendered without anti-aliasing) it is zero on both edges when the object moved right or down,
-    so from zero flow such moves could never be learnt. The gradient with respect to the frames is
-    bilinear reading's own."""
+    so from zero flow such moves could never be learnt. The gradient with respect to the frames is the
+    read's own."""
     *lead, c, hgt, wid = frames.shape
     frames, flow = frames.reshape(-1, c, hgt, wid), flow.reshape(-1, 2, hgt, wid)
     held = flow.detach()
     if offset is None:
-        out = _read_at(frames, held)
+        out = _read_at(frames, held, mode)
     else:
         whole = torch.floor(held + offset.reshape(-1, 1, 1, 1))
         out = _read_at(frames, torch.where(held.abs() < whole_from, held, whole))
@@ -395,7 +401,8 @@ class VideoDiT(nn.Module):
             if cfg.warp_previous_frame:
                 out, flow = out[:, :, :, :c], out[:, :, :, c:]
                 whole_from = HYBRID_WHOLE_FROM if cfg.warp_read == "hybrid" else 0.0
-                base = warp(base, flow, self.warp_offset(flow, generator), whole_from)
+                mode = "bicubic" if cfg.warp_read == "bicubic" else "bilinear"
+                base = warp(base, flow, self.warp_offset(flow, generator), whole_from, mode)
             out = out + base
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
@@ -403,10 +410,10 @@ class VideoDiT(nn.Module):
         return out, flow
 
     def warp_offset(self, flow: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor | None:
-        """`warp`'s offset for displacements flow [B, n, V, 2, H, W] under `dit.warp_read` (None: bilinear;
-        one draw per frame and view for `dithered` and `hybrid`)."""
+        """`warp`'s offset for displacements flow [B, n, V, 2, H, W] under `dit.warp_read` (None for bilinear and
+        bicubic; one draw per frame and view for `dithered` and `hybrid`)."""
         read = self.cfg.warp_read
-        if read == "bilinear":
+        if read in ("bilinear", "bicubic"):
             return None
         if read == "nearest":
             return flow.new_full(flow.shape[:3], 0.5)
