@@ -389,11 +389,32 @@ def test_dithered_warp_moves_as_far_on_average_sharp_and_seeded():
         dit_config(warp_read="nearest").validate()
 
 
+def test_bicubic_warp_moves_by_fractions_with_less_blur_and_the_same_flow_gradient():
+    frame = square(4, 4)
+    left = torch.zeros(1, 2, 12, 12)
+    left[:, 0] = -1.0
+    torch.testing.assert_close(warp(frame, left, mode="bicubic"), square(5, 4))  # whole pixels: a copy
+    # a rollout reads its own output again every frame: ten reads 0.3 px to the left move the square 3 px
+    bilinear = bicubic = square(2, 4)
+    for _ in range(10):
+        bilinear = warp(bilinear, left * 0.3)
+        bicubic = warp(bicubic, left * 0.3, mode="bicubic").clamp(0, 1)
+    row_bilinear, row_bicubic = bilinear[0, 0, 5], bicubic[0, 0, 5]
+    assert row_bilinear.max() < 0.85 and row_bicubic.max() > 0.99  # bilinear has smeared the square
+    for row in (row_bilinear, row_bicubic):  # both moved it about 3 px (centre of mass 3.5 -> ~6.5)
+        centre = (row * torch.arange(12.0)).sum() / row.sum()
+        assert centre == pytest.approx(6.5, abs=0.2)
+    grads = []
+    for mode in ("bilinear", "bicubic"):
+        flow = (left * 0.3).requires_grad_()
+        (warp(frame, flow, mode=mode) * square(6, 4)).sum().backward()
+        grads.append(flow.grad)
+    torch.testing.assert_close(grads[0], grads[1])
+    dit = VideoDiT(dit_config(warp_previous_frame=True, warp_read="bicubic"))
+    assert dit.warp_offset(torch.zeros(1, 1, 1, 2, 12, 12), None) is None
+
+
 def test_hybrid_warp_dithers_only_displacements_of_half_a_pixel_or_more():
-    dit = VideoDiT(dit_config(warp_previous_frame=True, warp_read="hybrid", output_conv_channels=0))
-    prev = torch.zeros(1, 1, 1, 3, SIZE, SIZE)
-    prev[..., 6:10, 6:10] = 1.0
-    tokens_cond = torch.zeros(1, dit.cfg.frame_len, dit.cfg.width), torch.zeros(1, 1, dit.cfg.width)
     frames = square(4, 4)
     for shift, expect_whole in ((-0.3, False), (-0.7, True)):
         flow = torch.zeros(1, 2, 12, 12)
@@ -405,15 +426,24 @@ def test_hybrid_warp_dithers_only_displacements_of_half_a_pixel_or_more():
                 torch.testing.assert_close(moved, target)
             else:  # under half a pixel: the bilinear read, whatever the draw
                 torch.testing.assert_close(moved, warp(frames, flow))
-    # the model's output path passes the hybrid threshold: with zero change and a flow of -0.3 everywhere the
-    # output is the bilinear read, not a copy
+
+
+@pytest.mark.parametrize("read", ["bilinear", "bicubic", "hybrid"])
+def test_the_output_path_reads_the_previous_frame_as_configured(read):
+    """With zero change and a displacement of -0.3 px everywhere, the output is the previous frame read 0.3 px to
+    the left by the configured read (hybrid: bilinear under half a pixel, whatever the draw), never a copy."""
+    dit = VideoDiT(dit_config(warp_previous_frame=True, warp_read=read, output_conv_channels=0))
+    prev = torch.zeros(1, 1, 1, 3, SIZE, SIZE)
+    prev[..., 6:10, 6:10] = 1.0
     with torch.no_grad():
         dit.final.weight.zero_()
         dit.final.bias.zero_()
         dit.final.bias.view(-1, dit.cfg.channels + 2)[:, dit.cfg.channels] = -0.3
-    out, flow = dit.output(*tokens_cond, prev, None, torch.Generator().manual_seed(0))
+    tokens, cond = torch.zeros(1, dit.cfg.frame_len, dit.cfg.width), torch.zeros(1, 1, dit.cfg.width)
+    out, flow = dit.output(tokens, cond, prev, None, torch.Generator().manual_seed(0))
     torch.testing.assert_close(flow[0, 0, 0, 0], torch.full((SIZE, SIZE), -0.3))
-    torch.testing.assert_close(out[0, 0, 0], warp(prev[0, 0], flow[0, 0])[0])
+    mode = "bicubic" if read == "bicubic" else "bilinear"
+    torch.testing.assert_close(out[0, 0, 0], warp(prev[0, 0], flow[0, 0], mode=mode)[0])
     assert not torch.equal(out[0, 0, 0], prev[0, 0, 0])
 
 

@@ -66,21 +66,17 @@ class VideoDiTConfig:
     # as a displacement it is one value per pixel, and the loss's gradient through the bilinear read points
     # it the right way. The displacement starts at zero: the model starts as the plain residual.
     warp_previous_frame: bool = False
-    # How the warp reads the previous frame: bilinear at the displacement, or at whole pixels (a copy; the
-    # gradient stays the frame's central difference at the unrounded displacement), rounded to the nearest
-    # or `dithered`: floor(displacement + u) with one u ~ U[0, 1) per frame and view, so each pixel moves
-    # by the displacement's whole part plus one with the chance of its fraction. A bilinear read at a
-    # fractional displacement blurs what it moves, and a rollout warps its own output again every frame:
-    # pushed cubes, rendered with hard edges and moving whole pixels between frames, smeared and faded.
-    # Rounded to the nearest, a cube that moves less than half a pixel a step never moves; dithered, it
-    # moves as far on average, stays sharp, and samples differ where the move is uncertain. Neither is in a
-    # recipe (docs/experiments.md, 2026-11-29): trained with `dithered`, push models lost the cube as often,
-    # and still pixels, whose displacement is never exactly zero, jumped now and then (SSIM@30 -0.06); it
-    # lowered the IDM ratio and gave samples that differ (clip-reward group std 0.02). `hybrid` dithers
-    # only displacements of half a pixel or more and reads smaller ones bilinearly: a cube pushed at speed
-    # moves sharp, slow moves still happen (blurred), and flat still pixels cannot jump. At inference on
-    # bilinear-trained push models, over 3 seeds, it did not keep the cube in more moving windows in every
-    # seed (w 10 models: +0.085 [-0.10, +0.27]; the recipe's: +0.016), and cost SSIM@30 0.008.
+    # How the warp reads the previous frame at the displacement. A bilinear read at a fractional displacement
+    # blurs what it moves, and a rollout warps its own output again every frame: pushed cubes, rendered with
+    # hard edges, smeared and faded (drawn at h30 in 0.65-0.74 of the windows where the arm pushes them).
+    # `bicubic` (Catmull-Rom) moves by the same fractions with far less blur: at inference on push models,
+    # over 3 seeds, the cube was kept in 0.88-0.98 of those windows and r rose, for SSIM@30 -0.012 to -0.018.
+    # The others read at whole pixels (a copy; the gradient stays the central difference at the unrounded
+    # displacement): `nearest` (moves under half a pixel a step never happen), `dithered` (floor(d + u), one
+    # u ~ U[0, 1) per frame and view: moves as far on average, but still pixels, whose displacement is never
+    # exactly zero, jump now and then) and `hybrid` (dithered from half a pixel up, bilinear below). None of
+    # the three kept the cube in every seed without a cost the keep rule rejects (docs/experiments.md,
+    # 2026-11-29).
     warp_read: str = "bilinear"
     # A small full-resolution convolution on the output and the previous frame (0 disables it): it removes
     # patch seams and, as the tokens cannot, cleans pixel-level errors carried in through the residual.
