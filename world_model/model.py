@@ -334,8 +334,9 @@ class WorldModel(nn.Module):
         noised) earlier frames, the same view it has in a KV-cache rollout.
         Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
         compute_conditioners, compute_model_output, window_motion (with a motion or still-displacement
-        weight), diffusion_loss (through wrap_model_output), still_displacement_loss (with still_displacement_weight), outcome_heads_loss (with outcomes),
-        object_state_loss (with object_state_weight), self_rollout_loss (with self_rollout_frames), idm_loss.
+        weight), diffusion_loss (through wrap_model_output), still_displacement_loss (with
+        still_displacement_weight), outcome_heads_loss (with outcomes), object_state_loss (with
+        object_state_weight), self_rollout_loss (with self_rollout_frames), idm_loss.
         """
         cfg = self.cfg
         if cfg.object_state_weight > 0 and environment_state is None:
