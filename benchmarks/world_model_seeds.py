@@ -12,7 +12,8 @@ differences (candidate minus baseline) with theirs. The keep rule is the protoco
 the candidate is kept when, in every seed pair, it is better on every `keep_higher` and `keep_lower` figure,
 no `max_rise` figure rose by more than its allowance (`'--max_rise={cube_error@30: 0.3}'`: a guard, not a
 win to have), no `max_drop` figure fell by more than its (`'--max_drop={cube_r: 0.05}'`), and every candidate
-draws frames above copy-last in SSIM and PSNR at every horizon (unless `--beat_copy_last=false`). This script only reads results; it trains and scores nothing.
+draws frames above copy-last in SSIM and PSNR at every horizon (unless `--beat_copy_last=false`). This script
+only reads results; it trains and scores nothing.
 """
 
 from __future__ import annotations
