@@ -70,7 +70,8 @@ class VideoDiTConfig:
     # blurs what it moves, and a rollout warps its own output again every frame: pushed cubes, rendered with
     # hard edges, smeared and faded (drawn at h30 in 0.65-0.74 of the windows where the arm pushes them).
     # `bicubic` (Catmull-Rom) moves by the same fractions with far less blur: at inference on push models,
-    # over 3 seeds, the cube was kept in 0.88-0.98 of those windows and r rose, for SSIM@30 -0.012 to -0.018.
+    # over 3 seeds, the cube was kept in 0.88-0.98 of those windows and r rose, for SSIM@30 -0.012 to -0.018
+    # (read so after training bilinearly: trained with it, a push model lost the cube in more windows).
     # The others read at whole pixels (a copy; the gradient stays the central difference at the unrounded
     # displacement): `nearest` (moves under half a pixel a step never happen), `dithered` (floor(d + u), one
     # u ~ U[0, 1) per frame and view: moves as far on average, but still pixels, whose displacement is never
