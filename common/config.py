@@ -168,3 +168,15 @@ def load_config(config_class: type[T], path: str | Path) -> T:
 def save_config(cfg, path: str | Path) -> None:
     with open(path, "w") as f:
         draccus.dump(cfg, f)
+
+
+def config_differences(a, b, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two configs of one dataclass (nested ones walked)."""
+    out = []
+    for f in dataclasses.fields(a):
+        va, vb = getattr(a, f.name), getattr(b, f.name)
+        if dataclasses.is_dataclass(va) and type(va) is type(vb):
+            out += config_differences(va, vb, f"{prefix}{f.name}.")
+        elif va != vb:
+            out.append(f"{prefix}{f.name}")
+    return out

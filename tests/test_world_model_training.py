@@ -204,6 +204,9 @@ def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_l
     base_cfg = tiny_model_config()
     base_cfg.heads.use_state = False
     base_cfg.sampler.still_threshold = 0.2  # how the frozen model draws: kept, not picked again
+    # likewise the warp read: the rollouts the heads fit on are read as the frozen model reads them
+    base_cfg.dit.condition_on_previous_frame = base_cfg.dit.residual_to_previous_frame = True
+    base_cfg.dit.warp_previous_frame, base_cfg.dit.warp_read = True, "bicubic"
     torch.manual_seed(0)
     WorldModel(base_cfg).save_pretrained(tmp_path / "base")  # heads without state: refitted with it
     args += ["--heads_only=true", f"--init_from={tmp_path / 'base'}", "--model.heads.use_state=true"]
@@ -214,8 +217,9 @@ def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_l
     assert frozen and all(torch.equal(base[k], after[k]) for k in frozen)
     assert any(not torch.equal(base[k], after[k]) for k in base if k.startswith("heads."))
     assert any(k.startswith("heads.state_embed") for k in after)
-    assert trained.cfg.sampler.still_threshold == 0.2
-    assert "the rollouts use" in capsys.readouterr().out  # the run's own sampler (threshold 0) was set aside
+    assert trained.cfg.sampler.still_threshold == 0.2 and trained.cfg.dit.warp_read == "bicubic"
+    said = capsys.readouterr().out  # the run's own sampler (threshold 0) and read were set aside
+    assert "not applied: " in said and "sampler.still_threshold" in said and "dit.warp_read" in said
     assert not (tmp_path / "heads" / "eval" / "still_calibration.json").exists()
     # Heads that judge from the episode's first frame and the joint state alone: fitted through the same
     # windows, then calibrated by replays that pass the reset frame (the trainer's last stage).
@@ -226,12 +230,14 @@ def test_heads_only_training_changes_the_heads_and_nothing_else(tmp_path, tiny_l
     assert refit.cfg.heads.use_first_frame and not refit.cfg.heads.use_frame
     reloaded = WorldModel.from_pretrained(tmp_path / "first" / "pretrained_model")
     assert reloaded.cfg.heads.use_first_frame and not reloaded.cfg.heads.use_frame
-    with pytest.raises(ValueError, match="does not fit"):
-        train(
-            parse_cli(
-                TrainWorldModelConfig, [*args, "--model.dit.width=64", "--output_dir=" + str(tmp_path / "x")]
-            )
+    # a model config outside the heads that does not fit the frozen weights is set aside, not trained on
+    narrow = train(
+        parse_cli(
+            TrainWorldModelConfig, [*args, "--model.dit.width=64", "--output_dir=" + str(tmp_path / "x")]
         )
+    )
+    assert narrow.cfg.dit.width == base_cfg.dit.width
+    assert all(torch.equal(base[k], narrow.state_dict()[k]) for k in frozen)
 
 
 def test_frozen_heads_training_changes_everything_but_the_heads(tmp_path, tiny_lerobot_dataset):

@@ -18,7 +18,7 @@ from accelerate import PartialState
 from torch.utils.data import ConcatDataset, Dataset
 
 from worldloop.common.checkpoint import atomic_directory, load_matching_weights, save_json
-from worldloop.common.config import ConfigError, load_config
+from worldloop.common.config import ConfigError, config_differences, load_config
 from worldloop.common.embodiment import EmbodimentSpec, load_embodiment_file
 from worldloop.common.rng import torch_seeded
 from worldloop.common.training import TrainLoopConfig, run_training
@@ -66,7 +66,8 @@ class TrainWorldModelConfig:
     # fine-tune on new data, or after adding a part (its new parameters start fresh). Stats are recomputed.
     init_from: str = ""
     # Train the outcome heads alone on the (frozen) world model of `init_from`: to fit them again after a
-    # change of the heads, or on more labelled episodes; no diffusion pass, so minutes on a CPU.
+    # change of the heads, or on more labelled episodes; no diffusion pass, so minutes on a CPU. Only
+    # model.heads is taken from the command line: the rest of the model config is init_from's.
     heads_only: bool = False
     # The opposite: train the world model with the heads of `init_from` frozen (their config, calibrated
     # threshold included, taken from it too), e.g. to train its frames longer on the video data when its
@@ -82,7 +83,7 @@ class TrainWorldModelConfig:
     # After training (before the success threshold, whose replays it changes), choose the rollout sampler's
     # still-pixel threshold on rollouts of this many windows (eval.context + eval.horizon frames) of the
     # training episodes (world_model/still_calibration.py); 0 leaves `model.sampler.still_threshold` as set.
-    # heads_only keeps the sampler of `init_from`, whose frames it does not change.
+    # heads_only keeps the sampler of `init_from` (as the rest of its model config), whose frames it does not change.
     still_windows: int = 16
     # Only calibrate the `init_from` model on this dataset (the still-pixel threshold on its training
     # episodes, the success threshold on its held-out ones) and write the result to
@@ -226,15 +227,18 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
     if cfg.freeze_heads:
         cfg.model.heads = load_config(WorldModelConfig, Path(cfg.init_from) / "config.yaml").heads
     if cfg.heads_only:
-        # The frames stay as the frozen model draws them: its sampler (still-pixel threshold included) draws
-        # the rollouts the heads fit on and is kept; there is nothing new to pick.
-        kept = load_config(WorldModelConfig, Path(cfg.init_from) / "config.yaml").sampler
-        if kept != cfg.model.sampler:
+        # The frames stay as the frozen model draws them: outside its heads the model is init_from's, config
+        # included (its sampler and still-pixel threshold, its warp read), so the rollouts the heads fit on
+        # are the ones it draws in imagination; there is nothing new to pick.
+        frozen = replace(
+            load_config(WorldModelConfig, Path(cfg.init_from) / "config.yaml"), heads=cfg.model.heads
+        )
+        set_aside = config_differences(frozen, cfg.model)
+        if set_aside:
             print(
-                f"heads_only: the rollouts use {cfg.init_from}'s sampler {kept} (model.sampler is not applied)"
+                f"heads_only: the model outside its heads is {cfg.init_from}'s; not applied: {', '.join(set_aside)}"
             )
-        cfg.model.sampler = kept
-        cfg = replace(cfg, still_windows=0)
+        cfg = replace(cfg, model=frozen, still_windows=0)
     dataset = open_dataset(cfg)
     stored = Path(cfg.init_from, EMBODIMENT_FILE) if cfg.init_from else None
     embodiment = training_embodiment(
@@ -248,13 +252,7 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
     # heads_only loads the frozen model on resume too: the rollouts the heads fit on are drawn before the
     # checkpoint's (identical) weights are restored.
     if cfg.init_from and (not cfg.resume or cfg.heads_only):
-        fresh = load_matching_weights(model, Path(cfg.init_from) / "model.safetensors")
-        frozen_fresh = [k for k in fresh if not k.startswith("heads.")]
-        if cfg.heads_only and frozen_fresh:
-            raise ValueError(
-                f"heads_only=True but {cfg.init_from} does not fit model config outside the heads "
-                f"({', '.join(frozen_fresh[:4])}...): those parts would stay random"
-            )
+        load_matching_weights(model, Path(cfg.init_from) / "model.safetensors")
     if cfg.heads_only:
         model.freeze_all_but_heads()
     if cfg.freeze_heads:
