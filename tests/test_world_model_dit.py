@@ -66,14 +66,12 @@ def test_output_of_the_last_frames_alone_equals_the_full_pass(teacher_forced, co
     x, prev, a, valid, t = dit_inputs(2, 5)
     base = torch.randn_like(x)
     args = (x, prev, a, valid, t, torch.arange(5))
-    full, kv, tokens, flow = dit(*args, teacher_forced=teacher_forced, return_internals=True, base=base)
-    assert flow.shape == (2, 5, 1, 2, *x.shape[-2:])
+    full, kv, tokens = dit(*args, teacher_forced=teacher_forced, return_internals=True, base=base)
     for n, given in ((2, base), (2, base[:, -2:]), (5, base)):
-        out, kv_n, tokens_n, flow_n = dit(
+        out, kv_n, tokens_n = dit(
             *args, teacher_forced=teacher_forced, return_internals=True, base=given, output_frames=n
         )
         torch.testing.assert_close(out, full[:, -n:], rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(flow_n, flow[:, -n:], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(tokens_n, tokens)
         torch.testing.assert_close(kv_n[0][0], kv[0][0])
     none, kv_0 = dit(*args, teacher_forced=teacher_forced, output_frames=0)
@@ -226,7 +224,7 @@ def test_rollout_shapes_and_ranges():
         ("euler", False, True, 1),
         ("euler", False, True, 2),
         ("euler", False, False, "warp"),
-        ("euler", False, False, "dithered"),
+        ("euler", False, False, "bicubic"),
     ],
 )
 def test_kv_cache_rollout_equals_recompute(method, action_delta, conditioned, previous):
@@ -235,7 +233,7 @@ def test_kv_cache_rollout_equals_recompute(method, action_delta, conditioned, pr
         output_conv_conditioned=conditioned,
         previous_frames=previous if isinstance(previous, int) else 1,
         warp_previous_frame=not isinstance(previous, int),
-        warp_read="dithered" if previous == "dithered" else "bilinear",
+        warp_read="bicubic" if previous == "bicubic" else "bilinear",
     )
     model.cfg.sampler.method = method
     inputs = rollout_inputs(h=6)
@@ -348,47 +346,6 @@ def test_warp_reads_the_frame_at_the_displaced_position():
     assert half[0, 0, 5, 5] == pytest.approx(1.0) and half[0, 0, 5, 3] == pytest.approx(0.0)
 
 
-def test_whole_pixel_warp_moves_without_blur_and_keeps_the_gradient():
-    frame = square(4, 4)
-    left = torch.zeros(1, 2, 12, 12)
-    left[:, 0] = -0.6  # rounds to one pixel: a copy of the square one pixel to the right, edges still hard
-    nearest = torch.full((1,), 0.5)
-    torch.testing.assert_close(warp(frame, left, nearest), square(5, 4))
-    torch.testing.assert_close(warp(frame, left * 0.5, nearest), frame)  # -0.3 rounds to 0
-    assert not torch.equal(warp(frame, left), square(5, 4))  # bilinear blends the edges
-    # Dithered: offset u moves it by floor(-0.6 + u), i.e. one pixel for u < 0.6, none above.
-    torch.testing.assert_close(warp(frame, left, torch.full((1,), 0.55)), square(5, 4))
-    torch.testing.assert_close(warp(frame, left, torch.full((1,), 0.65)), frame)
-    grads = []
-    for offset in (None, nearest):
-        flow = left.clone().requires_grad_()
-        (warp(frame, flow, offset) * square(6, 4)).sum().backward()
-        grads.append(flow.grad)
-    torch.testing.assert_close(grads[0], grads[1])
-
-
-def test_dithered_warp_moves_as_far_on_average_sharp_and_seeded():
-    dit = VideoDiT(dit_config(warp_previous_frame=True, warp_read="dithered"))
-    flow = torch.zeros(2000, 1, 1, 2, 12, 12)  # [B, n, V, 2, H, W]
-    flow[:, :, :, 0] = -0.3  # read 0.3 px to the left: the square moves 0.3 px right
-    offsets = dit.warp_offset(flow, torch.Generator().manual_seed(0))
-    assert offsets.shape == (2000, 1, 1)
-    frames = square(4, 4).expand(2000, 3, 12, 12)
-    moved = warp(frames, flow.flatten(0, 2), offsets.flatten())
-    # Each sample is the square shifted by a whole pixel or not at all (no blended edge) ...
-    one = torch.isclose(moved, square(5, 4)).flatten(1).all(1)
-    none = torch.isclose(moved, square(4, 4)).flatten(1).all(1)
-    assert bool((one | none).all())
-    assert float(one.float().mean()) == pytest.approx(0.3, abs=0.04)  # ... one with the fraction's chance
-    again = dit.warp_offset(flow, torch.Generator().manual_seed(0))
-    torch.testing.assert_close(offsets, again)
-    assert VideoDiT(dit_config(warp_previous_frame=True)).warp_offset(flow, None) is None
-    with pytest.raises(ValueError, match="warp_read"):
-        dit_config(warp_read="cubic").validate()
-    with pytest.raises(ValueError, match="warp_previous_frame"):
-        dit_config(warp_read="nearest").validate()
-
-
 def test_bicubic_warp_moves_by_fractions_with_less_blur_and_the_same_flow_gradient():
     frame = square(4, 4)
     left = torch.zeros(1, 2, 12, 12)
@@ -410,29 +367,22 @@ def test_bicubic_warp_moves_by_fractions_with_less_blur_and_the_same_flow_gradie
         (warp(frame, flow, mode=mode) * square(6, 4)).sum().backward()
         grads.append(flow.grad)
     torch.testing.assert_close(grads[0], grads[1])
-    dit = VideoDiT(dit_config(warp_previous_frame=True, warp_read="bicubic"))
-    assert dit.warp_offset(torch.zeros(1, 1, 1, 2, 12, 12), None) is None
+    for key in ("warp_read", "train_warp_read"):
+        with pytest.raises(ValueError, match=f"dit.{key}='cubic'"):
+            dit_config(warp_previous_frame=True, **{key: "cubic"}).validate()
+        with pytest.raises(ValueError, match="warp_previous_frame"):
+            dit_config(**{key: "bicubic"}).validate()
 
 
-def test_hybrid_warp_dithers_only_displacements_of_half_a_pixel_or_more():
-    frames = square(4, 4)
-    for shift, expect_whole in ((-0.3, False), (-0.7, True)):
-        flow = torch.zeros(1, 2, 12, 12)
-        flow[:, 0] = shift
-        for u in (0.1, 0.9):
-            moved = warp(frames, flow, torch.full((1,), u), 0.5)
-            if expect_whole:  # dithered: a whole pixel or none, hard edges
-                target = square(5, 4) if u < 0.7 else frames
-                torch.testing.assert_close(moved, target)
-            else:  # under half a pixel: the bilinear read, whatever the draw
-                torch.testing.assert_close(moved, warp(frames, flow))
-
-
-@pytest.mark.parametrize("read", ["bilinear", "bicubic", "hybrid"])
-def test_the_output_path_reads_the_previous_frame_as_configured(read):
+@pytest.mark.parametrize("read, train_read", [("bilinear", ""), ("bicubic", ""), ("bicubic", "bilinear")])
+def test_the_output_path_reads_the_previous_frame_as_configured(read, train_read):
     """With zero change and a displacement of -0.3 px everywhere, the output is the previous frame read 0.3 px to
-    the left by the configured read (hybrid: bilinear under half a pixel, whatever the draw), never a copy."""
-    dit = VideoDiT(dit_config(warp_previous_frame=True, warp_read=read, output_conv_channels=0))
+    the left, never a copy: in eval mode by warp_read, in train mode by train_warp_read ("" as warp_read)."""
+    dit = VideoDiT(
+        dit_config(
+            warp_previous_frame=True, warp_read=read, train_warp_read=train_read, output_conv_channels=0
+        )
+    )
     prev = torch.zeros(1, 1, 1, 3, SIZE, SIZE)
     prev[..., 6:10, 6:10] = 1.0
     with torch.no_grad():
@@ -440,11 +390,14 @@ def test_the_output_path_reads_the_previous_frame_as_configured(read):
         dit.final.bias.zero_()
         dit.final.bias.view(-1, dit.cfg.channels + 2)[:, dit.cfg.channels] = -0.3
     tokens, cond = torch.zeros(1, dit.cfg.frame_len, dit.cfg.width), torch.zeros(1, 1, dit.cfg.width)
-    out, flow = dit.output(tokens, cond, prev, None, torch.Generator().manual_seed(0))
-    torch.testing.assert_close(flow[0, 0, 0, 0], torch.full((SIZE, SIZE), -0.3))
-    mode = "bicubic" if read == "bicubic" else "bilinear"
-    torch.testing.assert_close(out[0, 0, 0], warp(prev[0, 0], flow[0, 0], mode=mode)[0])
-    assert not torch.equal(out[0, 0, 0], prev[0, 0, 0])
+    flow = torch.zeros(1, 2, SIZE, SIZE)
+    flow[:, 0] = -0.3
+    for training, mode in ((False, read), (True, train_read or read)):
+        out = dit.train(training).output(tokens, cond, prev, None)
+        torch.testing.assert_close(out[0, 0, 0], warp(prev[0, 0], flow, mode=mode)[0])
+        assert not torch.equal(out[0, 0, 0], prev[0, 0, 0])
+    if train_read:  # the two reads differ, so the test tells them apart
+        assert not torch.allclose(warp(prev[0, 0], flow, mode=read), warp(prev[0, 0], flow, mode=train_read))
 
 
 @pytest.mark.parametrize("shift", [(1, 0), (-1, 0), (0, 1), (0, -1)])

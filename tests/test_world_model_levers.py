@@ -78,14 +78,14 @@ def test_motion_weights_mark_what_moved_grown_by_a_pixel_and_nothing_else():
     frames, actions = _moving_dot_window()
     model = tiny_model(motion_loss_weight=9.0)
     _, x, _ = model.encode_window(frames, actions)
-    w = model.motion_weights(model.window_motion(x))
+    w = model.motion_weights(x)
     assert w.shape == (1, 3, 1, 1, SIZE, SIZE)
     # frame 1: the dot left columns 2-3 and arrived at 6-7 (rows 6-7); grown by one pixel each way
     expected = torch.ones(SIZE, SIZE)
     expected[5:9, 1:5] = 10.0
     expected[5:9, 5:9] = 10.0
     torch.testing.assert_close(w[0, 0, 0, 0], expected)
-    assert tiny_model().motion_weights(model.window_motion(x)) is None
+    assert tiny_model().motion_weights(x) is None
     with pytest.raises(ValueError, match="motion_loss_weight"):
         WorldModelConfig(motion_loss_weight=-1.0).validate()
 
@@ -94,8 +94,8 @@ def test_window_span_weighs_every_pixel_that_moves_in_the_window_in_every_frame(
     frames, actions = _moving_dot_window()
     model = tiny_model(motion_loss_weight=9.0, motion_loss_span="window")
     _, x, _ = model.encode_window(frames, actions)
-    w = model.motion_weights(model.window_motion(x))
-    per_frame = tiny_model(motion_loss_weight=9.0).motion_weights(model.window_motion(x))
+    w = model.motion_weights(x)
+    per_frame = tiny_model(motion_loss_weight=9.0).motion_weights(x)
     # the dot's whole track (columns 1..17, rows 5..8) weighs 10 in each of the 3 target frames
     expected = torch.ones(SIZE, SIZE)
     expected[5:9, 1:17] = 10.0
@@ -112,7 +112,7 @@ def test_motion_weighted_loss_counts_errors_on_the_mover_more():
     model = tiny_model(motion_loss_weight=9.0)
     _, x, _ = model.encode_window(frames, actions)
     target = x[:, 1:]
-    w = model.motion_weights(model.window_motion(x))
+    w = model.motion_weights(x)
     on_mover = target.clone()
     on_mover[0, 0, 0, :, 6, 6] += 1.0  # an error where the dot arrived
     on_background = target.clone()
@@ -133,37 +133,6 @@ def test_motion_weighted_loss_counts_errors_on_the_mover_more():
     torch.manual_seed(5)
     plain, _ = plain_model.compute_loss(still, actions)
     torch.testing.assert_close(weighted, plain)
-
-
-def test_still_displacement_loss_counts_the_warp_where_nothing_moved_and_joins_the_loss_when_asked():
-    frames, actions = _moving_dot_window()
-    warp = {"residual_to_previous_frame": True, "warp_previous_frame": True}
-    model = tiny_model(warp, still_displacement_weight=0.5)
-    _, x, _ = model.encode_window(frames, actions)
-    displacement = torch.zeros(1, 3, 1, 2, SIZE, SIZE)
-    # a displacement on the dot's path (it moved there) costs nothing ...
-    displacement[0, 0, 0, 0, 6, 6] = 3.0
-    assert model.still_displacement_loss(displacement, model.window_motion(x)) == 0
-    # ... and one of 3 px, x only, on the still background counts as 3 over (2 axes x still pixels)
-    displacement[0, 0, 0, 0, 12, 12] = 3.0
-    # 3 frames; in each the dot's grown old and new places (4x4 each) moved, the last new one cut by the edge
-    still = 3 * SIZE * SIZE - (32 + 32 + 28)
-    torch.testing.assert_close(
-        model.still_displacement_loss(displacement, model.window_motion(x)), torch.tensor(3.0 / (2 * still))
-    )
-    # in training: the term is the weighted mean |displacement| the teacher-forced pass predicted
-    plain = tiny_model(warp).train()
-    torch.manual_seed(7)
-    loss, logs = plain.compute_loss(frames, actions)
-    assert "loss/still_displacement" not in logs
-    torch.manual_seed(7)
-    with_term, logs = model.train().compute_loss(frames, actions)
-    assert logs["loss/still_displacement"] > 0
-    torch.testing.assert_close(with_term - loss, torch.tensor(0.5 * logs["loss/still_displacement"]))
-    with pytest.raises(ValueError, match="still_displacement_weight=-1"):
-        WorldModelConfig(still_displacement_weight=-1.0).validate()
-    with pytest.raises(ValueError, match="needs dit.warp_previous_frame"):
-        WorldModelConfig(still_displacement_weight=0.5).validate()
 
 
 def _two_futures(x_t: torch.Tensor, t: float):

@@ -73,11 +73,6 @@ class WorldModelConfig:
     # 1 + w in every target frame of it. With `frame` a pushed object weighs more only in the frames where
     # it moves, and the push model, leaning on the arm, lost the resting cube in the others.
     motion_loss_span: str = "frame"
-    # Still-pixel displacement loss (`still_displacement_weight` = w > 0; needs dit.warp_previous_frame): w times
-    # the mean |displacement| (pixels) the warp predicts where the real frame did not move (`motion_threshold`).
-    # The frame loss leaves it free on flat areas, and a whole-pixel warp read (`dit.warp_read`) turns its drift
-    # into edges that jump.
-    still_displacement_weight: float = 0.0
     # Auxiliary object-state loss (`object_state_weight` = w > 0; datasets that record
     # `observation.environment_state`, e.g. the sim's cube positions): a linear head on the last block's
     # tokens of each target frame regresses that frame's recorded object state and its change since the
@@ -160,13 +155,6 @@ class WorldModelConfig:
             raise ValueError(
                 f"object_state_weight={self.object_state_weight} must be >= 0, and > 0 needs object_state_dim "
                 f"(the size of observation.environment_state) >= 1, got {self.object_state_dim}"
-            )
-        if self.still_displacement_weight < 0:
-            raise ValueError(f"still_displacement_weight={self.still_displacement_weight} must be >= 0")
-        if self.still_displacement_weight > 0 and not self.dit.warp_previous_frame:
-            raise ValueError(
-                f"still_displacement_weight={self.still_displacement_weight} pins the warp's displacement on still "
-                "pixels: it needs dit.warp_previous_frame=true"
             )
         if self.motion_loss_span not in ("frame", "window"):
             raise ValueError(f"motion_loss_span={self.motion_loss_span!r} must be 'frame' or 'window'")

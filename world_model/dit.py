@@ -25,9 +25,7 @@ from torch import nn
 from worldloop import cuda_ext
 from worldloop.world_model.attention import check_backend, frame_attention
 
-WARP_READS = ("bilinear", "bicubic", "nearest", "dithered", "hybrid")
-# `hybrid` reads displacements of at least this many pixels (per axis) dithered, smaller ones bilinearly.
-HYBRID_WHOLE_FROM = 0.5
+WARP_READS = ("bilinear", "bicubic")
 
 
 @dataclass
@@ -71,14 +69,13 @@ class VideoDiTConfig:
     # hard edges, smeared and faded (drawn at h30 in 0.65-0.74 of the windows where the arm pushes them).
     # `bicubic` (Catmull-Rom) moves by the same fractions with far less blur: at inference on push models,
     # over 3 seeds, the cube was kept in 0.88-0.98 of those windows and r rose, for SSIM@30 -0.012 to -0.018
-    # (read so after training bilinearly: trained with it, a push model lost the cube in more windows).
-    # The others read at whole pixels (a copy; the gradient stays the central difference at the unrounded
-    # displacement): `nearest` (moves under half a pixel a step never happen), `dithered` (floor(d + u), one
-    # u ~ U[0, 1) per frame and view: moves as far on average, but still pixels, whose displacement is never
-    # exactly zero, jump now and then) and `hybrid` (dithered from half a pixel up, bilinear below). None of
-    # the three kept the cube in every seed without a cost the keep rule rejects (docs/experiments.md,
-    # 2026-11-29).
+    # Trained with it, a push model lost the cube in more windows: the push recipe trains bilinearly
+    # (`train_warp_read`) and draws bicubically. Reads at whole pixels (nearest, dithered, or both by size)
+    # were measured too and not kept (docs/experiments.md, 2026-11-29).
     warp_read: str = "bilinear"
+    # The read while the module trains (the teacher-forced pass and the self-rollout phase); "" reads as
+    # `warp_read`. In eval mode, as every rollout and benchmark runs, `warp_read` is used.
+    train_warp_read: str = ""
     # A small full-resolution convolution on the output and the previous frame (0 disables it): it removes
     # patch seams and, as the tokens cannot, cleans pixel-level errors carried in through the residual.
     output_conv_channels: int = 32
@@ -109,12 +106,14 @@ class VideoDiTConfig:
                 "dit.warp_previous_frame moves the residual's previous frame: it needs "
                 "dit.residual_to_previous_frame"
             )
-        if self.warp_read not in WARP_READS:
-            raise ValueError(f"dit.warp_read={self.warp_read!r}; expected one of {WARP_READS}")
-        if self.warp_read != "bilinear" and not self.warp_previous_frame:
-            raise ValueError(
-                f"dit.warp_read={self.warp_read!r} reads the warp: it needs dit.warp_previous_frame"
-            )
+        for key, read in (
+            ("warp_read", self.warp_read),
+            ("train_warp_read", self.train_warp_read or "bilinear"),
+        ):
+            if read not in WARP_READS:
+                raise ValueError(f"dit.{key}={read!r}; expected one of {WARP_READS}")
+            if read != "bilinear" and not self.warp_previous_frame:
+                raise ValueError(f"dit.{key}={read!r} reads the warp: it needs dit.warp_previous_frame")
         if self.context_frames < 1:
             raise ValueError(f"dit.context_frames={self.context_frames} must be >= 1")
         if self.previous_frames < 1:
@@ -173,19 +172,10 @@ def _read_at(frames: torch.Tensor, flow: torch.Tensor, mode: str = "bilinear") -
     return F.grid_sample(frames, grid, mode=mode, padding_mode="border", align_corners=True)
 
 
-def warp(
-    frames: torch.Tensor,
-    flow: torch.Tensor,
-    offset: torch.Tensor | None = None,
-    whole_from: float = 0.0,
-    mode: str = "bilinear",
-) -> torch.Tensor:
+def warp(frames: torch.Tensor, flow: torch.Tensor, mode: str = "bilinear") -> torch.Tensor:
     """frames [..., C, H, W] read at each pixel's own position plus flow [..., 2, H, W] (x then y, in pixels;
     `mode` bilinear or bicubic, edges repeated): out[y, x] = frames[y + flow_y, x + flow_x]. Zero flow returns
     the frames.
-    `offset` [...] in [0, 1): the value is read at whole pixels, floor(flow + offset) (0.5 rounds to the
-    nearest; a copy, no blur), except where |flow| < `whole_from` (per axis), read bilinearly as without an
-    offset; the gradient below is the same whatever the read.
 
     The gradient with respect to the flow is the frame's central difference at the read position (half a
     pixel each way). Bilinear reading's own is one-sided at whole pixels: on a hard-edged object (the push
@@ -195,11 +185,7 @@ def warp(
     *lead, c, hgt, wid = frames.shape
     frames, flow = frames.reshape(-1, c, hgt, wid), flow.reshape(-1, 2, hgt, wid)
     held = flow.detach()
-    if offset is None:
-        out = _read_at(frames, held, mode)
-    else:
-        whole = torch.floor(held + offset.reshape(-1, 1, 1, 1))
-        out = _read_at(frames, torch.where(held.abs() < whole_from, held, whole))
+    out = _read_at(frames, held, mode)
     if flow.requires_grad:
         with torch.no_grad():
             dx = held.new_tensor([0.5, 0.0]).view(1, 2, 1, 1)
@@ -326,7 +312,6 @@ class VideoDiT(nn.Module):
         prev_t: torch.Tensor | None = None,
         base: torch.Tensor | None = None,
         output_frames: int | None = None,
-        generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """Denoise F frames.
 
@@ -342,9 +327,7 @@ class VideoDiT(nn.Module):
         teacher-forced layout's first T, a KV-cache fill) skip the output layers and the pixel convolution.
         Returns the output [B, F', V, C, H, W] (F' = output_frames, or F; None when 0) and per block the
         keys/values of these frames (for appending to a cache); with `return_internals`, also the last block's
-        tokens [B, F, frame_len, D] (what auxiliary heads on the frames being drawn read) and the output
-        frames' predicted displacements [B, F', V, 2, H, W] (`output`'s; None without the warp). `generator`:
-        the dithered warp's draws (`dit.warp_read`; None: torch's global one).
+        tokens [B, F, frame_len, D] (what auxiliary heads on the frames being drawn read).
         """
         cfg = self.cfg
         b, nf, nv, c, hgt, wid = x.shape
@@ -365,13 +348,9 @@ class VideoDiT(nn.Module):
         n = nf if output_frames is None else output_frames
         if not 0 <= n <= nf:
             raise ValueError(f"output_frames={output_frames}: expected 0..{nf} (the frames given)")
-        out = displacement = None
-        if n:
-            out, displacement = self.output(
-                tokens[:, (nf - n) * cfg.frame_len :], cond[:, nf - n :], prev, base, generator
-            )
+        out = self.output(tokens[:, (nf - n) * cfg.frame_len :], cond[:, nf - n :], prev, base) if n else None
         if return_internals:
-            return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width), displacement
+            return out, new_kv, tokens.view(b, nf, cfg.frame_len, cfg.width)
         return out, new_kv
 
     def output(
@@ -380,41 +359,27 @@ class VideoDiT(nn.Module):
         cond: torch.Tensor,
         prev: torch.Tensor | None,
         base: torch.Tensor | None,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> torch.Tensor:
         """The output [B, n, V, C, H, W] of the last n frames from their last-block tokens [B, n * frame_len, D]
-        and conditioning cond [B, n, D]; prev, base and generator as `forward` takes them (their last n frames
-        are read). Also returns the displacements the previous frame was read at, [B, n, V, 2, H, W] in pixels
-        (None without `warp_previous_frame`)."""
+        and conditioning cond [B, n, D]; prev and base as `forward` takes them (their last n frames are read).
+        With the warp, the previous frame is read by `warp_read`, or while training by `train_warp_read`."""
         cfg = self.cfg
         b, n, c = cond.shape[0], cond.shape[1], cfg.channels
         prev = None if prev is None else prev[:, prev.shape[1] - n :]
         shift, scale = self.final_ada(F.silu(cond)).chunk(2, -1)
         h = cuda_ext.adaln_modulate(tokens, shift, scale, cfg.frame_len)
         out = self._unpatchify(self.final(h), b, n)
-        flow = None
         if cfg.residual_to_previous_frame:
             base = prev[:, :, :, :c] if base is None else base[:, base.shape[1] - n :]
             if cfg.warp_previous_frame:
-                out, flow = out[:, :, :, :c], out[:, :, :, c:]
-                whole_from = HYBRID_WHOLE_FROM if cfg.warp_read == "hybrid" else 0.0
-                mode = "bicubic" if cfg.warp_read == "bicubic" else "bilinear"
-                base = warp(base, flow, self.warp_offset(flow, generator), whole_from, mode)
+                read = cfg.train_warp_read or cfg.warp_read if self.training else cfg.warp_read
+                base = warp(base, out[:, :, :, c:], read)
+                out = out[:, :, :, :c]
             out = out + base
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
             out = out + self.refine_output(both, cond).view_as(out)
-        return out, flow
-
-    def warp_offset(self, flow: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor | None:
-        """`warp`'s offset for displacements flow [B, n, V, 2, H, W] under `dit.warp_read` (None for bilinear and
-        bicubic; one draw per frame and view for `dithered` and `hybrid`)."""
-        read = self.cfg.warp_read
-        if read in ("bilinear", "bicubic"):
-            return None
-        if read == "nearest":
-            return flow.new_full(flow.shape[:3], 0.5)
-        return torch.rand(flow.shape[:3], generator=generator, device=flow.device, dtype=flow.dtype)
+        return out
 
     def refine_output(self, frames: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """The output convolution's correction for frames [B, F, V, C', H, W] (output, and previous frame when

@@ -71,7 +71,6 @@ class TeacherForcedOutput(NamedTuple):
 
     out: torch.Tensor  # [B, T-1, ...] the raw output, in the parameterisation's own units
     tokens: torch.Tensor  # [B, T-1, frame_len, D] the last block's tokens (what auxiliary heads read)
-    displacement: torch.Tensor | None  # [B, T-1, V, 2, h, w] where the warp read the previous frame (pixels)
 
 
 @dataclass
@@ -333,9 +332,8 @@ class WorldModel(nn.Module):
         Every frame 1..T-1 is a target, denoised from its own noise level while seeing clean (lightly
         noised) earlier frames, the same view it has in a KV-cache rollout.
         Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
-        compute_conditioners, compute_model_output, window_motion (with a motion or still-displacement
-        weight), diffusion_loss (through wrap_model_output), still_displacement_loss (with
-        still_displacement_weight), outcome_heads_loss (with outcomes), object_state_loss (with
+        compute_conditioners, compute_model_output, motion_weights, diffusion_loss (through
+        wrap_model_output), outcome_heads_loss (with outcomes), object_state_loss (with
         object_state_weight), self_rollout_loss (with self_rollout_frames), idm_loss.
         """
         cfg = self.cfg
@@ -351,18 +349,10 @@ class WorldModel(nn.Module):
             window = self.self_force_context(window, a)
         base = window.x if window.base is None else window.base
         cond = self.compute_conditioners(window.clean, window.ctx_t, window.target_t, a, keep, base=base)
-        out, tokens, displacement = self.compute_model_output(window.clean, window.noisy, cond)
-        # which pixels moved in the real window: both the motion weights and the still-displacement term read it
-        moved = (
-            self.window_motion(x) if cfg.motion_loss_weight > 0 or cfg.still_displacement_weight > 0 else None
-        )
-        weights = self.motion_weights(moved)
+        out, tokens = self.compute_model_output(window.clean, window.noisy, cond)
+        weights = self.motion_weights(x)
         loss, x0_mse = self.diffusion_loss(out, window, weights)
         logs = {"loss/diffusion": loss.item(), "loss/x0_mse": x0_mse.item()}
-        if cfg.still_displacement_weight > 0:
-            still_loss = self.still_displacement_loss(displacement, moved)
-            loss = loss + cfg.still_displacement_weight * still_loss
-            logs["loss/still_displacement"] = still_loss.item()
         if cfg.object_state_weight > 0:
             object_loss = self.object_state_loss(tokens, environment_state)
             loss = loss + cfg.object_state_weight * object_loss
@@ -477,31 +467,18 @@ class WorldModel(nn.Module):
             torch.cat(frames[-m:], 1), x[:, x.shape[1] - m :], None if weights is None else weights[:, -m:]
         )
 
-    def window_motion(self, x: torch.Tensor) -> torch.Tensor:
-        """Where frames 1..T-1 of an encoded window x [B, T, V, C, h, w] moved since the frame before them:
-        [B, T-1, V, 1, h, w], `moved_pixels` at motion_threshold."""
-        return moved_pixels(x[:, :-1], x[:, 1:], self.cfg.motion_threshold)
-
-    def motion_weights(self, moved: torch.Tensor | None) -> torch.Tensor | None:
-        """Loss weights of frames 1..T-1 of a window from where they moved (`window_motion`, [B, T-1, ...]):
-        1 + motion_loss_weight where a frame moved since the one before it (with motion_loss_span `window`:
-        where any frame of the window moved since the one before it), else 1; None when motion_loss_weight
-        is 0."""
+    def motion_weights(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Loss weights [B, T-1, V, 1, h, w] of frames 1..T-1 of an encoded window x [B, T, V, C, h, w]:
+        1 + motion_loss_weight where a frame moved since the one before it (`moved_pixels` at
+        motion_threshold; with motion_loss_span `window`: where any frame of the window moved since the one
+        before it), else 1; None when motion_loss_weight is 0."""
         cfg = self.cfg
         if cfg.motion_loss_weight == 0:
             return None
+        moved = moved_pixels(x[:, :-1], x[:, 1:], cfg.motion_threshold)
         if cfg.motion_loss_span == "window":
             moved = moved.amax(1, keepdim=True).expand_as(moved)
         return 1 + cfg.motion_loss_weight * moved
-
-    def still_displacement_loss(self, displacement: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
-        """Mean |displacement| (pixels, per axis) of the teacher-forced targets' warp [B, T-1, V, 2, h, w] over
-        the pixels that stood still since the real frame before (`window_motion` of the window, `moved`, is
-        0). On flat table the frame loss leaves the displacement free (reading anywhere on it gives the same
-        colour), so it drifts off zero, and a read at whole pixels then makes edges next to it jump; this
-        pins it at zero wherever nothing moved."""
-        still = 1 - moved
-        return (still * displacement.abs()).sum() / (2 * still.sum()).clamp_min(1)
 
     @staticmethod
     def frame_loss(pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
@@ -575,13 +552,13 @@ class WorldModel(nn.Module):
     ) -> TeacherForcedOutput:
         """One teacher-forced DiT pass: context frames clean [B, T, ...] and noisy targets
         [B, T-1, ...] scaled for the parameterisation -> the targets' raw output (in the parameterisation's
-        own units: x0, velocity or the EDM network output), last-block tokens and warp displacements."""
+        own units: x0, velocity or the EDM network output) and last-block tokens."""
         cfg = self.cfg
         sd, par = cfg.sigma_data, cfg.parameterisation
         seq = torch.cat(
             [flow.input_scale(clean, cond.ctx_t, par, sd), flow.input_scale(noisy, cond.target_t, par, sd)], 1
         )
-        out, _, tokens, displacement = self.dit(
+        out, _, tokens = self.dit(
             seq,
             cond.prev,
             cond.actions,
@@ -594,7 +571,7 @@ class WorldModel(nn.Module):
             base=cond.residual_base,
             output_frames=noisy.shape[1],
         )
-        return TeacherForcedOutput(out, tokens[:, clean.shape[1] :], displacement)
+        return TeacherForcedOutput(out, tokens[:, clean.shape[1] :])
 
     def wrap_model_output(self, out: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """The DiT's raw output for frames x_t at noise levels t [B, F] -> their denoised estimate x0
@@ -849,10 +826,10 @@ class WorldModel(nn.Module):
         yes = torch.ones(b, 1, dtype=torch.bool, device=a.device)
 
         def denoise(x_t, t):
-            cond = self.next_frame_x0(x_t, t, context, a, yes, generator)
+            cond = self.next_frame_x0(x_t, t, context, a, yes)
             if sampler.guidance_scale == 1.0:
                 return cond, None
-            return cond, self.next_frame_x0(x_t, t, context, a, ~yes, generator)
+            return cond, self.next_frame_x0(x_t, t, context, a, ~yes)
 
         noise = torch.randn(context.last.shape, generator=generator, device=a.device)
         x0 = self.clamp_pixels(sample(denoise, noise, sampler, generator))
@@ -867,12 +844,10 @@ class WorldModel(nn.Module):
         context: RolloutContext,
         a: torch.Tensor,
         valid: torch.Tensor,
-        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """One denoiser call: the next frame x_t [B, 1, V, C, h, w] at noise level t, after the context, under
         action features a [B, 1, A'] (ignored where valid [B, 1] is False) -> its x0 estimate (encoded, not
-        clamped). Reads the KV cache, or re-runs the whole history on the recompute path. `generator`: the
-        dithered warp's draws (`dit.warp_read`)."""
+        clamped). Reads the KV cache, or re-runs the whole history on the recompute path."""
         cfg = self.cfg
         tt = torch.full((x_t.shape[0], 1), t, device=x_t.device)
         inp = flow.input_scale(x_t, tt, cfg.parameterisation, cfg.sigma_data)
@@ -889,7 +864,6 @@ class WorldModel(nn.Module):
                 kv_cache=context.cache,
                 prev_t=self._rollout_prev_t(tt),
                 base=base,
-                generator=generator,
             )
         else:
             t_all = torch.cat([history["t"], tt], 1)
@@ -903,7 +877,6 @@ class WorldModel(nn.Module):
                 prev_t=self._rollout_prev_t(t_all),
                 base=base,
                 output_frames=1,
-                generator=generator,
             )
         return self.wrap_model_output(out, x_t, tt)
 

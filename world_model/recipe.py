@@ -2,7 +2,8 @@
 
 After teacher forcing, training goes on from those weights (`--init_from`) with the model drawing the last four
 frames of each 8-frame window itself, gradient through all four, so the frames that carry the loss are drawn on
-from up to three frames of its own (kept over 3 seeds against two of six: docs/experiments.md, 2026-11-28).
+from up to three frames of its own (kept over 3 seeds against two of six: docs/experiments.md, 2026-11-28); the
+exported model reads its warp bicubically.
 The quickstart, `benchmarks/gpu_session.sh` and `benchmarks/world_model_step_time.py` read it from here, so the
 recipe has one definition. No imports, so the shell script reads it without loading torch.
 """
@@ -16,4 +17,9 @@ SELF_ROLLOUT_PHASE_ARGS = (
     "--window=8",
     "--model.self_rollout_frames=4",
     "--model.self_rollout_grad_frames=4",
+    # Trained reading the warp bilinearly, drawn bicubically: the pushed cube was kept in 0.88-0.98 of the windows
+    # where it moves at h30, against 0.61-0.74 (3 seeds; docs/experiments.md, 2026-11-29). Trained bicubically,
+    # a push model lost it more often.
+    "--model.dit.warp_read=bicubic",
+    "--model.dit.train_warp_read=bilinear",
 )
