@@ -36,7 +36,7 @@ from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.common.stats import mean_ci  # noqa: E402
 from worldloop.rl_finetune.closed_loop import run_closed_loop  # noqa: E402
-from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, finetune  # noqa: E402
+from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, finetune, finished_run  # noqa: E402
 from worldloop.rl_finetune.sim_steps import count_sim_steps  # noqa: E402
 from worldloop.vla.factory import load_policy  # noqa: E402
 from worldloop.vla.sim_evaluation import evaluate_in_sim  # noqa: E402
@@ -173,9 +173,15 @@ def finetune_and_evaluate(
 
 
 def run_finetuning(ft_cfg: FinetunePolicyConfig) -> tuple[dict, str]:
-    """Fine-tune in imagination (or run the closed loop); returns its summary and the final policy's path."""
+    """Fine-tune in imagination (or run the closed loop); returns its summary and the final policy's path. A finished
+    run of the same config in its output_dir (`finished_run`) is reused."""
     if not ft_cfg.loop.rounds:
-        return finetune(ft_cfg), str(Path(ft_cfg.output_dir) / "pretrained_model")
+        summary = finished_run(ft_cfg)
+        if summary is None:
+            summary = finetune(ft_cfg)
+        else:
+            print(f"{ft_cfg.output_dir}: a finished run of this config, reused (delete it to train again)")
+        return summary, str(Path(ft_cfg.output_dir) / "pretrained_model")
     loop = run_closed_loop(ft_cfg)
     summary = {
         "train_sim_steps": loop["sim_steps"]["training"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 
 import pytest
 import yaml
@@ -13,6 +14,9 @@ from safetensors.torch import load_file
 
 import benchmarks._common
 from benchmarks import rl_in_imagination
+from worldloop.common.checkpoint import save_json
+from worldloop.common.config import parse_cli
+from worldloop.rl_finetune.policy_rl.finetune import FinetunePolicyConfig, finished_run
 
 FINETUNE = {
     "iterations": 2,
@@ -75,3 +79,18 @@ def test_seeds_are_reproducible_and_different(tmp_path, monkeypatch):
         alone = weights("two", seed)
         assert all(alone[k].equal(v) for k, v in weights("parallel", seed).items())
     assert [s["gain_points"] for s in parallel["per_seed"]] == gains
+
+
+def test_a_finished_run_of_the_same_config_is_reused_and_no_other(tmp_path):
+    """An interrupted --seeds benchmark run again reuses the seeds that finished: their summary records the same
+    config and their weights are written. Another config (seed), or no weights, trains again."""
+    args = ["--config", "configs/finetune/tiny.yaml", "--policy.path=p", "--world_model=w"]
+    cfg = parse_cli(FinetunePolicyConfig, [*args, f"--output_dir={tmp_path}"])
+    assert finished_run(cfg) is None
+    save_json({"config": asdict(cfg), "iterations_run": 15}, tmp_path / "summary.json")
+    assert finished_run(cfg) is None  # the weights are written last: without them the run did not finish
+    (tmp_path / "pretrained_model").mkdir()
+    (tmp_path / "pretrained_model" / "model.safetensors").write_bytes(b"")
+    assert finished_run(cfg)["iterations_run"] == 15
+    other = parse_cli(FinetunePolicyConfig, [*args, f"--output_dir={tmp_path}", "--seed=1"])
+    assert finished_run(other) is None

@@ -406,6 +406,17 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     return summary
 
 
+def finished_run(cfg: FinetunePolicyConfig) -> dict | None:
+    """The summary of a run of exactly `cfg` that finished in `cfg.output_dir` (its summary.json records the same
+    config and its pretrained_model/ is written), else None: a benchmark run again after an interruption reuses
+    its finished seeds instead of training them again."""
+    out = Path(cfg.output_dir)
+    if not (out / "summary.json").is_file() or not (out / "pretrained_model" / "model.safetensors").is_file():
+        return None
+    summary = load_json(out / "summary.json")
+    return summary if summary.get("config") == json.loads(json.dumps(asdict(cfg))) else None
+
+
 def training_rollout_figures(history: list[dict]) -> dict:
     """Imagined success and the share of start states with mixed outcomes, averaged over the iterations run."""
 
