@@ -252,7 +252,13 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
     # heads_only loads the frozen model on resume too: the rollouts the heads fit on are drawn before the
     # checkpoint's (identical) weights are restored.
     if cfg.init_from and (not cfg.resume or cfg.heads_only):
-        load_matching_weights(model, Path(cfg.init_from) / "model.safetensors")
+        fresh = load_matching_weights(model, Path(cfg.init_from) / "model.safetensors")
+        frozen_fresh = [k for k in fresh if not k.startswith("heads.")]
+        if cfg.heads_only and frozen_fresh:
+            raise ValueError(
+                f"heads_only=True but {cfg.init_from}/model.safetensors does not fit its config.yaml outside the "
+                f"heads ({', '.join(frozen_fresh[:4])}...): those parts would stay random"
+            )
     if cfg.heads_only:
         model.freeze_all_but_heads()
     if cfg.freeze_heads:
