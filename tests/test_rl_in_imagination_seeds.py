@@ -94,3 +94,20 @@ def test_a_finished_run_of_the_same_config_is_reused_and_no_other(tmp_path):
     assert finished_run(cfg)["iterations_run"] == 15
     other = parse_cli(FinetunePolicyConfig, [*args, f"--output_dir={tmp_path}", "--seed=1"])
     assert finished_run(other) is None
+
+
+def test_a_finished_lerobot_env_run_is_reused_though_its_max_steps_default_was_filled(tmp_path):
+    """With the lerobot_env backend, `eval.env.max_steps` 0 means the imagination horizon. The finished run
+    recorded the filled value; a fresh config that leaves it 0 is the same run, and a different explicit value is
+    not."""
+    args = ["--config", "configs/finetune/tiny.yaml", "--policy.path=p", "--world_model=w",
+            "--eval.backend=lerobot_env", "--starts.source=lerobot_env", f"--output_dir={tmp_path}"]  # fmt: skip
+    ran = parse_cli(FinetunePolicyConfig, args)
+    ran.validate()  # as finetune() does before it records its config
+    assert ran.eval.env.max_steps == ran.env.horizon > 0
+    save_json({"config": asdict(ran), "iterations_run": 3}, tmp_path / "summary.json")
+    (tmp_path / "pretrained_model").mkdir()
+    (tmp_path / "pretrained_model" / "model.safetensors").write_bytes(b"")
+    assert finished_run(parse_cli(FinetunePolicyConfig, args))["iterations_run"] == 3
+    longer = parse_cli(FinetunePolicyConfig, [*args, f"--eval.env.max_steps={ran.env.horizon + 1}"])
+    assert finished_run(longer) is None

@@ -133,6 +133,9 @@ class FinetunePolicyConfig:
     loop: LoopConfig = field(default_factory=LoopConfig)  # --loop.rounds=N: the closed loop (closed_loop.py)
 
     def validate(self) -> None:
+        """Refuses a config that cannot run, and fills the one default that depends on another field
+        (`eval.env.max_steps` 0 -> `env.horizon` for the lerobot_env backend), so that a config is compared
+        (`finished_run`) and recorded (`summary.json`) as it runs."""
         if not self.policy.path:
             raise ValueError("--policy.path is required: the BC policy directory to fine-tune")
         if not self.world_model:
@@ -159,6 +162,8 @@ class FinetunePolicyConfig:
         self.env.validate()
         self.algorithm.validate()
         self.loop.validate()
+        if self.eval.backend == "lerobot_env":
+            self.eval.env.max_steps = self.eval.env.max_steps or self.env.horizon
 
     @property
     def episodes_per_iteration(self) -> int:
@@ -264,8 +269,6 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     world_model = WorldModel.from_pretrained(cfg.world_model, cfg.device)
     env = WorldModelEnv(world_model, cfg.env, embodiment=embodiment_of(world_model, cfg.embodiment))
     check_cameras(policy, env)
-    if cfg.eval.backend == "lerobot_env":
-        cfg.eval.env.max_steps = cfg.eval.env.max_steps or cfg.env.horizon
     backend_steps = cfg.eval.env.max_steps if cfg.eval.backend == "lerobot_env" else cfg.eval.sim.max_steps
     if cfg.env.horizon != backend_steps:
         raise ValueError(
@@ -409,7 +412,9 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
 def finished_run(cfg: FinetunePolicyConfig) -> dict | None:
     """The summary of a run of exactly `cfg` that finished in `cfg.output_dir` (its summary.json records the same
     config and its pretrained_model/ is written), else None: a benchmark run again after an interruption reuses
-    its finished seeds instead of training them again."""
+    its finished seeds instead of training them again. `cfg` is validated first, so that its defaults are filled
+    as the finished run's were."""
+    cfg.validate()
     out = Path(cfg.output_dir)
     if not (out / "summary.json").is_file() or not (out / "pretrained_model" / "model.safetensors").is_file():
         return None
