@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +78,9 @@ class Stage:
     produced: Path
     metrics: Callable[[], dict] = dict
     launcher: list[str] = field(default_factory=lambda: [sys.executable])
+    # Consecutive stages of one non-empty group need nothing of each other: `run_stages(jobs=N)` runs them N
+    # at a time. "" runs alone.
+    group: str = ""
 
 
 def _read_json(path: Path) -> dict:
@@ -325,7 +329,9 @@ def is_done(stage: Stage) -> bool:
     return True
 
 
-def run_stage(stage: Stage, force: bool, log_dir: Path) -> StageRecord:
+def run_stage(stage: Stage, force: bool, log_dir: Path, echo: bool = True) -> StageRecord:
+    """Run `stage` (or skip it where its output exists), its output kept in `<log_dir>/<name>.log` and, with
+    `echo`, shown as it comes (off where stages run side by side)."""
     script = REPO / stage.script
     if not script.is_file() or script.stat().st_size == 0:
         print(f"[{stage.name}] not available in this checkout ({stage.script} is missing)", flush=True)
@@ -343,7 +349,8 @@ def run_stage(stage: Stage, force: bool, log_dir: Path) -> StageRecord:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
-            sys.stdout.write(line)
+            if echo:
+                sys.stdout.write(line)
             f.write(line)
         rc = proc.wait()
     seconds = time.perf_counter() - t0
@@ -354,22 +361,37 @@ def run_stage(stage: Stage, force: bool, log_dir: Path) -> StageRecord:
     return StageRecord(stage.name, "ran", seconds, str(stage.produced), stage.metrics())
 
 
-def run_stages(stages: list[Stage], force: bool, run_dir: Path) -> list[StageRecord]:
+def run_stages(stages: list[Stage], force: bool, run_dir: Path, jobs: int = 1) -> list[StageRecord]:
     """Run the stages in order (logs under run_dir/logs), stopping at the first failure; the records go to
-    run_dir/stages.json. A skipped stage keeps the time it took when it ran, so a resumed run's record
-    stays complete."""
+    run_dir/stages.json. Consecutive stages of one group run `jobs` at a time (a failure stops the run after
+    its group). A skipped stage keeps the time it took when it ran, so a resumed run's record stays complete."""
     earlier = {
         r["name"]: r
         for r in _read_json_list(run_dir / "stages.json")
         if r.get("status") in ("ran", "done earlier")
     }
-    records = []
+    groups: list[list[Stage]] = []
     for stage in stages:
-        record = run_stage(stage, force, run_dir / "logs")
-        if record.status == "skipped" and stage.name in earlier:
-            record.status, record.seconds = "done earlier", earlier[stage.name]["seconds"]
-        records.append(record)
-        if record.status == "failed":
+        if stage.group and groups and groups[-1][0].group == stage.group:
+            groups[-1].append(stage)
+        else:
+            groups.append([stage])
+    records = []
+    for group in groups:
+        if jobs > 1 and len(group) > 1:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                ran = list(pool.map(lambda s: run_stage(s, force, run_dir / "logs", echo=False), group))
+        else:
+            ran = []
+            for stage in group:
+                ran.append(run_stage(stage, force, run_dir / "logs"))
+                if ran[-1].status == "failed":
+                    break
+        for stage, record in zip(group, ran):
+            if record.status == "skipped" and stage.name in earlier:
+                record.status, record.seconds = "done earlier", earlier[stage.name]["seconds"]
+            records.append(record)
+        if any(r.status == "failed" for r in ran):
             break
     save_json([vars(r) for r in records], run_dir / "stages.json")
     return records
@@ -386,9 +408,10 @@ def build_setting(config_class, stages_of: Callable) -> tuple:
     cfg = parse_cli(config_class)
     cfg.validate()
     root = Path(cfg.root) if Path(cfg.root).is_absolute() else REPO / cfg.root
-    records = run_stages(stages_of(cfg, root), cfg.force, root)
-    if records[-1].status == "failed":
-        raise SystemExit(f"{records[-1].name} failed; log: {records[-1].produced}")
+    # A config with a `jobs` field runs the stages of one group that many at a time.
+    records = run_stages(stages_of(cfg, root), cfg.force, root, getattr(cfg, "jobs", 1))
+    if failed := [r for r in records if r.status == "failed"]:
+        raise SystemExit("; ".join(f"{r.name} failed; log: {r.produced}" for r in failed))
     return cfg, root, records
 
 

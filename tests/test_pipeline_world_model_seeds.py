@@ -1,0 +1,119 @@
+"""pipelines/world_model_seeds.py (python -m worldloop.pipelines.world_model_seeds): every stage's command parses,
+the two arms of a pair differ only by the candidate's overrides, first phases are shared, the printed comparison
+names the results the scorings write, bad config names the field; and the stage runner's groups run side by
+side."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from command_fixtures import ROOT
+
+from benchmarks.world_model_fidelity import FidelityBenchmarkConfig
+from worldloop.common.config import ConfigError, parse_cli
+from worldloop.pipelines.quickstart import Stage, run_stages
+from worldloop.pipelines.world_model_seeds import WorldModelSeedsConfig, comparison_command, stages
+from worldloop.sim.recording import RecordingConfig
+from worldloop.world_model.recipe import SELF_ROLLOUT_STEPS
+from worldloop.world_model.trainer import TrainWorldModelConfig
+
+CONFIGS = {
+    "record_demos.py": RecordingConfig,
+    "train_world_model.py": TrainWorldModelConfig,
+    "benchmarks/world_model_fidelity.py": FidelityBenchmarkConfig,
+}
+MW10 = ["--model.motion_loss_weight=10", "--model.motion_loss_span=window"]
+
+
+def _cfg(tmp_path: Path, **kw) -> WorldModelSeedsConfig:
+    cfg = WorldModelSeedsConfig(name="mw10", candidate=MW10, models=str(tmp_path / "wm"),
+                                data_root=str(tmp_path / "data"), **kw)  # fmt: skip
+    cfg.validate()
+    return cfg
+
+
+def test_the_arms_of_a_pair_differ_only_by_the_candidate_and_share_their_first_phase(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the stages' config paths are relative to the repository
+    cfg = _cfg(tmp_path, seeds=[3, 4, 5], first_phase_seeds=[0, 1, 1], jobs=2)
+    parsed = {s.name: parse_cli(CONFIGS[s.script], s.args) for s in stages(cfg, Path(cfg.root))}
+    assert list(parsed)[0] == "record push data" and parsed["record push data"].environment_state
+    firsts = [n for n in parsed if n.endswith("_tf")]
+    assert firsts == ["train push_tf", "train push_s1_tf"]  # seed 1's first phase is trained once
+    assert [parsed[n].train.seed for n in firsts] == [0, 1]
+    for seed, first in ((3, "push_tf"), (4, "push_s1_tf"), (5, "push_s1_tf")):
+        base, cand = parsed[f"train push_s{seed}_sr"], parsed[f"train push_s{seed}_sr_mw10"]
+        assert base.init_from == cand.init_from == str(tmp_path / "wm" / first / "pretrained_model")
+        assert base.train.seed == cand.train.seed == seed and base.train.steps == SELF_ROLLOUT_STEPS
+        assert base.model.self_rollout_frames == 4 and base.model.dit.warp_read == "bicubic"
+        assert (base.model.motion_loss_weight, cand.model.motion_loss_weight) != (10, 10)
+        assert cand.model.motion_loss_weight == 10 and cand.model.motion_loss_span == "window"
+        base.model.motion_loss_weight, base.model.motion_loss_span = 10, "window"
+        base.output_dir = cand.output_dir
+        assert base == cand  # nothing else differs
+        score = parsed[f"score push_s{seed}_sr_mw10"]
+        assert score.model_path == str(tmp_path / "wm" / f"push_s{seed}_sr_mw10" / "pretrained_model")
+        assert score.name == f"world_model_fidelity_push_s{seed}_sr_mw10"
+    # With two jobs every stage runs on a core of its own; the stages of a kind form one group.
+    groups = {s.group for s in stages(cfg, Path(cfg.root))}
+    assert groups == {"", "first phases", "second phases", "scores"}
+    threads = max(1, (os.cpu_count() or 1) // 2)
+    assert all(
+        s.launcher[:2] == ["env", f"OMP_NUM_THREADS={threads}"]
+        for s in stages(cfg, Path(cfg.root))
+        if s.group
+    )
+    cfg.jobs = 1
+    assert all(s.launcher == [sys.executable] for s in stages(cfg, Path(cfg.root)))
+    command = comparison_command(cfg)
+    for seed in (3, 4, 5):
+        assert f"benchmarks/results/world_model_fidelity_push_s{seed}_sr_mw10.json" in command
+    assert "--name=world_model_seeds_push_mw10" in command
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"name": ""}, "name"),
+        ({"name": "a/b"}, "name"),
+        ({"candidate": []}, "candidate"),
+        ({"candidate": ["model.x=1"]}, "candidate"),
+        ({"seeds": [3, 4], "first_phase_seeds": [0]}, "first_phase_seeds"),
+        ({"seeds": [3, 3], "first_phase_seeds": [0, 1]}, "seeds"),
+        ({"jobs": 0}, "jobs"),
+    ],
+)
+def test_bad_config_names_the_field(overrides, field):
+    cfg = WorldModelSeedsConfig(**{"name": "x", "candidate": ["--a=1"], **overrides})
+    with pytest.raises(ConfigError, match=field):
+        cfg.validate()
+
+
+SLEEPS = "import pathlib, sys, time\ntime.sleep(1.5)\np = pathlib.Path(sys.argv[1]); p.write_text('ok')\n"
+
+
+def test_stages_of_a_group_run_side_by_side_and_a_failure_stops_after_its_group(tmp_path):
+    script = tmp_path / "sleeps.py"
+    script.write_text(SLEEPS)
+    fails = tmp_path / "fails.py"
+    fails.write_text("raise SystemExit(2)\n")
+
+    def stage(name, group, path=script):
+        marker = tmp_path / f"{name}.done"
+        return Stage(name, str(path), [str(marker)], marker, marker, group=group)
+
+    t0 = time.perf_counter()
+    records = run_stages([stage("a", "g"), stage("b", "g"), stage("c", "")], False, tmp_path / "run", jobs=2)
+    assert [r.status for r in records] == ["ran", "ran", "ran"]
+    assert time.perf_counter() - t0 < 3 * 1.5  # a and b together, then c
+    assert all(r.seconds >= 1.5 for r in records)
+    records = run_stages(
+        [stage("d", "h", fails), stage("e", "h"), stage("f", "")], False, tmp_path / "run2", jobs=2
+    )
+    assert [(r.name, r.status) for r in records] == [("d", "failed"), ("e", "ran")]  # f never starts
+    # One at a time, the first failure stops the run at once.
+    records = run_stages([stage("g", "k", fails), stage("h", "k")], False, tmp_path / "run3", jobs=1)
+    assert [(r.name, r.status) for r in records] == [("g", "failed")]
