@@ -29,7 +29,7 @@ from pathlib import Path
 from worldloop.common.checkpoint import save_json
 from worldloop.common.config import ConfigError
 from worldloop.common.run_record import print_table, write_run_record
-from worldloop.pipelines.quickstart import Stage, build_setting
+from worldloop.pipelines.quickstart import Stage, build_setting, resume_args
 
 
 @dataclass
@@ -110,10 +110,6 @@ class PushSettingConfig:
                     )
 
 
-def _resume(output_dir: Path) -> list[str]:
-    return ["--resume=true"] if (output_dir / "checkpoints" / "last").exists() else []
-
-
 def snapshot(run_dir: Path, step: int) -> Path:
     return run_dir / "checkpoints" / f"{step:07d}" / "pretrained_model"
 
@@ -171,7 +167,7 @@ def _train_policy(name: str, run: PolicyRun, demos: Path, out: Path, seed: int, 
             f"--train.checkpoint_every={run.checkpoint_every}",
             "--train.keep_checkpoints=0",  # every snapshot: the zoo and the judge's data read early ones
             f"--train.seed={seed}",
-            *_resume(out),
+            *resume_args(out),
         ],
         snapshot(out, last_step) / "model.safetensors",
         out,
@@ -241,7 +237,7 @@ def stages(cfg: PushSettingConfig, root: Path) -> list[Stage]:
                 "--train.batch_size=32",
                 "--train.checkpoint_every=1000",
                 f"--output_dir={judge}",
-                *_resume(judge),
+                *resume_args(judge),
             ],
             judge / "pretrained_model" / "model.safetensors",
             judge / "pretrained_model",

@@ -319,6 +319,11 @@ def _latest_eval(train_dir: Path, names=("ssim", "ssim_copy_last", "psnr", "psnr
     return out
 
 
+def resume_args(output_dir: Path) -> list[str]:
+    """`--resume=true` where a training run in `output_dir` left a checkpoint: a stage run again continues it."""
+    return ["--resume=true"] if (output_dir / "checkpoints" / "last").exists() else []
+
+
 def is_done(stage: Stage) -> bool:
     """The marker exists and, where it is a JSON record with a `complete` flag, says complete."""
     if not stage.done_marker.is_file():

@@ -29,7 +29,7 @@ from pathlib import Path
 from worldloop.common.checkpoint import load_json, save_json
 from worldloop.common.config import ConfigError
 from worldloop.common.run_record import print_table, write_run_record
-from worldloop.pipelines.quickstart import Stage, build_setting
+from worldloop.pipelines.quickstart import Stage, build_setting, resume_args
 
 
 @dataclass
@@ -99,11 +99,6 @@ def _world_model_config(cfg: RLSettingConfig) -> list[str]:
     return ["--config=configs/world_model/tiny.yaml", *cfg.world_model_overrides]
 
 
-def _resume(output_dir: Path) -> list[str]:
-    """A training stage interrupted after a checkpoint goes on from it (training resumes exactly)."""
-    return ["--resume=true"] if (output_dir / "checkpoints" / "last").exists() else []
-
-
 def _record_mixed(
     cfg: RLSettingConfig, name: str, root: Path, episodes: int, seed: int, after: Path | None = None
 ) -> Stage:
@@ -146,7 +141,7 @@ def _fit_heads(cfg: RLSettingConfig, name: str, data: Path, init_from: Path, ste
             f"--train.steps={steps}",
             "--train.batch_size=32",
             f"--output_dir={out}",
-            *_resume(out),
+            *resume_args(out),
         ],
         out / "pretrained_model" / "model.safetensors",
         out / "pretrained_model",
@@ -187,7 +182,7 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
                 f"--dataset.root={wm_data}",
                 f"--train.steps={cfg.world_model_steps}",
                 f"--output_dir={wm}",
-                *_resume(wm),
+                *resume_args(wm),
             ],
             wm / "pretrained_model" / "model.safetensors",
             wm / "pretrained_model",
@@ -224,7 +219,7 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
                         f"--train.steps={cfg.world_model_more_steps}",
                         "--train.lr=5e-4",
                         f"--output_dir={rl_world_model(cfg, root).parent}",
-                        *_resume(rl_world_model(cfg, root).parent),
+                        *resume_args(rl_world_model(cfg, root).parent),
                     ],
                     rl_world_model(cfg, root) / "model.safetensors",
                     rl_world_model(cfg, root),
@@ -260,7 +255,7 @@ def stages(cfg: RLSettingConfig, root: Path) -> list[Stage]:
                 f"--train.checkpoint_every={cfg.snapshot_every}",
                 "--train.keep_checkpoints=1000",
                 f"--eval.env.task={cfg.task}",
-                *_resume(bc),
+                *resume_args(bc),
             ],
             bc / "pretrained_model" / "model.safetensors",
             bc / "pretrained_model",

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from worldloop.common.config import ConfigError
-from worldloop.pipelines.quickstart import REPO, Stage, build_setting
+from worldloop.pipelines.quickstart import REPO, Stage, build_setting, resume_args
 from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS, SELF_ROLLOUT_STEPS
 
 # The push data of every recipe figure (docs/experiments.md, 2026-11-28): mixed skill, failures kept, the
@@ -105,10 +105,6 @@ def fidelity_json(model: str) -> str:
     return f"benchmarks/results/world_model_fidelity_{model}.json"
 
 
-def _resume(output_dir: Path) -> list[str]:
-    return ["--resume=true"] if (output_dir / "checkpoints" / "last").exists() else []
-
-
 def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     # Absolute, so that whether a stage is done does not depend on where the pipeline was started.
     models, data = (Path(p) if Path(p).is_absolute() else REPO / p for p in (cfg.models, cfg.data_root))
@@ -125,7 +121,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
                 f"--dataset.root={data}",
                 f"--output_dir={out}",
                 *args,
-                *_resume(out),
+                *resume_args(out),
             ],  # fmt: skip
             out / "pretrained_model" / "training.json",  # written last, after the calibrations
             out / "pretrained_model",
