@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,9 +78,9 @@ class Stage:
     produced: Path
     metrics: Callable[[], dict] = dict
     launcher: list[str] = field(default_factory=lambda: [sys.executable])
-    # Consecutive stages of one non-empty group need nothing of each other: `run_stages(jobs=N)` runs them N
-    # at a time. "" runs alone.
-    group: str = ""
+    # The stages whose outputs it reads, by name: with `run_stages(jobs=N)` it starts once they are done, beside
+    # up to N - 1 others. None: every stage listed before it.
+    needs: tuple[str, ...] | None = None
 
 
 def _read_json(path: Path) -> dict:
@@ -367,39 +367,55 @@ def run_stage(stage: Stage, force: bool, log_dir: Path, echo: bool = True) -> St
 
 
 def run_stages(stages: list[Stage], force: bool, run_dir: Path, jobs: int = 1) -> list[StageRecord]:
-    """Run the stages in order (logs under run_dir/logs), stopping at the first failure; the records go to
-    run_dir/stages.json. Consecutive stages of one group run `jobs` at a time (a failure stops the run after
-    its group). A skipped stage keeps the time it took when it ran, so a resumed run's record stays complete."""
+    """Run the stages (logs under run_dir/logs), in order, or with `jobs` > 1 up to that many at a time, each as
+    soon as the stages it needs are done (the earliest listed first); no stage starts after a failure. The
+    records, in the stages' order, go to run_dir/stages.json. A skipped stage keeps the time it took when it
+    ran, so a resumed run's record stays complete."""
     earlier = {
         r["name"]: r
         for r in _read_json_list(run_dir / "stages.json")
         if r.get("status") in ("ran", "done earlier")
     }
-    groups: list[list[Stage]] = []
-    for stage in stages:
-        if stage.group and groups and groups[-1][0].group == stage.group:
-            groups[-1].append(stage)
-        else:
-            groups.append([stage])
+    ran: dict[str, StageRecord] = {}
+    if jobs == 1:
+        for stage in stages:
+            ran[stage.name] = run_stage(stage, force, run_dir / "logs")
+            if ran[stage.name].status == "failed":
+                break
+    else:
+        _run_side_by_side(stages, force, run_dir / "logs", jobs, ran)
     records = []
-    for group in groups:
-        if jobs > 1 and len(group) > 1:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                ran = list(pool.map(lambda s: run_stage(s, force, run_dir / "logs", echo=False), group))
-        else:
-            ran = []
-            for stage in group:
-                ran.append(run_stage(stage, force, run_dir / "logs"))
-                if ran[-1].status == "failed":
-                    break
-        for stage, record in zip(group, ran):
-            if record.status == "skipped" and stage.name in earlier:
-                record.status, record.seconds = "done earlier", earlier[stage.name]["seconds"]
-            records.append(record)
-        if any(r.status == "failed" for r in ran):
-            break
+    for stage in stages:
+        if (record := ran.get(stage.name)) is None:
+            continue
+        if record.status == "skipped" and stage.name in earlier:
+            record.status, record.seconds = "done earlier", earlier[stage.name]["seconds"]
+        records.append(record)
     save_json([vars(r) for r in records], run_dir / "stages.json")
     return records
+
+
+def _run_side_by_side(
+    stages: list[Stage], force: bool, log_dir: Path, jobs: int, ran: dict[str, StageRecord]
+) -> None:
+    """`run_stages` with jobs > 1: fills `ran` as stages end. A stage whose needs failed never starts."""
+    names = [s.name for s in stages]
+    needs = {s.name: set(names[:i] if s.needs is None else s.needs) for i, s in enumerate(stages)}
+    if unknown := {n for s in stages for n in needs[s.name] if n not in names}:
+        raise ValueError(f"stages need {sorted(unknown)}, which are not among them")
+    pending, running = list(stages), {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        while pending or running:
+            failed = any(r.status == "failed" for r in ran.values())
+            for stage in [] if failed else list(pending):
+                if len(running) < jobs and all(n in ran for n in needs[stage.name]):
+                    pending.remove(stage)
+                    running[pool.submit(run_stage, stage, force, log_dir, False)] = stage
+            if not running:
+                return
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                ran[running.pop(future).name] = future.result()
 
 
 def build_setting(config_class, stages_of: Callable) -> tuple:

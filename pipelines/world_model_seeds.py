@@ -12,8 +12,8 @@ each model scored by `benchmarks/world_model_fidelity.py` on the push held-out w
 Why this script: each such comparison was run by a scratch script of its own, lost with the session. Every
 stage is a root script or benchmark run through the quickstart's stage runner and skipped when its output
 exists; a training stage resumes from its last checkpoint, so an interrupted comparison continues where it
-stopped. With `--jobs=2` the first phases, the second phases and the scorings each run two at a time, a core
-each (on 2 cores that is as fast as one at a time on both, and the arms of one seed finish together).
+stopped. With `--jobs=2` two stages run at a time, a core each, each as soon as what it reads is done (on 2 cores
+two single-thread trainings went ~10% faster than one on both).
 
 Models: `<models>/push_tf` (first-phase seed 0; `push_s<k>_tf` for seed k), `<models>/push_s<seed>_sr` (the
 recipe) and `push_s<seed>_sr_<name>` (the candidate); results `benchmarks/results/world_model_fidelity_<model>.json`
@@ -106,12 +106,22 @@ def fidelity_json(model: str) -> str:
 
 
 def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
+    """The data, the first phases, then each pair's two trainings and their scorings. With `jobs` > 1 a stage
+    starts as soon as what it reads is done, so a pair trains while later first phases still run."""
     # Absolute, so that whether a stage is done does not depend on where the pipeline was started.
     models, data = (Path(p) if Path(p).is_absolute() else REPO / p for p in (cfg.models, cfg.data_root))
     threads = max(1, (os.cpu_count() or 1) // cfg.jobs)
     launcher = [sys.executable] if cfg.jobs == 1 else ["env", f"OMP_NUM_THREADS={threads}", sys.executable]
+    record = Stage(
+        "record push data",
+        "record_demos.py",
+        [*PUSH_DATA_ARGS, f"--root={data}", "--repo_id=worldloop/push_wm"],
+        data / "meta" / "recording.json",  # written when the recording ends
+        data,
+        needs=(),
+    )
 
-    def train(name: str, group: str, args: list[str]) -> Stage:
+    def train(name: str, needs: tuple[str, ...], args: list[str]) -> Stage:
         out = models / name
         return Stage(
             f"train {name}",
@@ -126,50 +136,39 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
             out / "pretrained_model" / "training.json",  # written last, after the calibrations
             out / "pretrained_model",
             launcher=launcher,
-            group=group,
+            needs=(record.name, *needs),
         )
 
-    firsts = [
-        # The first phase's own evaluation and calibrations are skipped: the second phase calibrates its model,
-        # and the weights it starts from are the same either way.
-        train(
-            first_phase_name(s),
-            "first phases",
-            [f"--train.seed={s}", "--eval.max_windows=0", "--calibrate_success=false", "--still_windows=0"],
-        )  # fmt: skip
-        for s in dict.fromkeys(cfg.first_phase_seeds)
-    ]
-    seconds, scores = [], []
+    def score(model: str) -> Stage:
+        return Stage(
+            f"score {model}",
+            "benchmarks/world_model_fidelity.py",
+            [
+                f"--model_path={models / model / 'pretrained_model'}",
+                f"--dataset.root={data}",
+                *FIDELITY_ARGS,
+                f"--name=world_model_fidelity_{model}",
+            ],  # fmt: skip
+            REPO / fidelity_json(model),
+            REPO / fidelity_json(model),
+            launcher=launcher,
+            needs=(f"train {model}",),
+        )
+
+    # The first phase's own evaluation and calibrations are skipped: the second phase calibrates its model, and
+    # the weights it starts from are the same either way.
+    skip_evals = ["--eval.max_windows=0", "--calibrate_success=false", "--still_windows=0"]
+    out = [record, *(train(first_phase_name(s), (), [f"--train.seed={s}", *skip_evals])
+                     for s in dict.fromkeys(cfg.first_phase_seeds))]  # fmt: skip
     for seed, first in zip(cfg.seeds, cfg.first_phase_seeds):
         init = models / first_phase_name(first) / "pretrained_model"
         recipe = [f"--init_from={init}", f"--train.steps={SELF_ROLLOUT_STEPS}", *SELF_ROLLOUT_PHASE_ARGS,
                   f"--train.seed={seed}"]  # fmt: skip
-        for model, extra in zip(arm_names(cfg, seed), (cfg.baseline, cfg.candidate)):
-            seconds.append(train(model, "second phases", [*recipe, *extra]))
-            scores.append(
-                Stage(
-                    f"score {model}",
-                    "benchmarks/world_model_fidelity.py",
-                    [
-                        f"--model_path={models / model / 'pretrained_model'}",
-                        f"--dataset.root={data}",
-                        *FIDELITY_ARGS,
-                        f"--name=world_model_fidelity_{model}",
-                    ],  # fmt: skip
-                    REPO / fidelity_json(model),
-                    REPO / fidelity_json(model),
-                    launcher=launcher,
-                    group="scores",
-                )
-            )
-    record = Stage(
-        "record push data",
-        "record_demos.py",
-        [*PUSH_DATA_ARGS, f"--root={data}", "--repo_id=worldloop/push_wm"],
-        data / "meta" / "recording.json",  # written when the recording ends
-        data,
-    )
-    return [record, *firsts, *seconds, *scores]
+        pair = arm_names(cfg, seed)
+        out += [train(m, (f"train {first_phase_name(first)}",), [*recipe, *extra])
+                for m, extra in zip(pair, (cfg.baseline, cfg.candidate))]  # fmt: skip
+        out += [score(m) for m in pair]
+    return out
 
 
 def comparison_command(cfg: WorldModelSeedsConfig) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -57,17 +56,18 @@ def test_the_arms_of_a_pair_differ_only_by_the_candidate_and_share_their_first_p
         score = parsed[f"score push_s{seed}_sr_mw10"]
         assert score.model_path == str(tmp_path / "wm" / f"push_s{seed}_sr_mw10" / "pretrained_model")
         assert score.name == f"world_model_fidelity_push_s{seed}_sr_mw10"
-    # With two jobs every stage runs on a core of its own; the stages of a kind form one group.
-    groups = {s.group for s in stages(cfg, Path(cfg.root))}
-    assert groups == {"", "first phases", "second phases", "scores"}
+    # A pair's trainings read the data and their first phase; a scoring reads its model; nothing else waits.
+    needs = {st.name: st.needs for st in stages(cfg, Path(cfg.root))}
+    assert needs["train push_s1_tf"] == ("record push data",)
+    assert needs["train push_s5_sr_mw10"] == ("record push data", "train push_s1_tf")
+    assert needs["score push_s3_sr"] == ("train push_s3_sr",)
+    # With two jobs every stage runs on a core of its own.
     threads = max(1, (os.cpu_count() or 1) // 2)
     assert all(
-        s.launcher[:2] == ["env", f"OMP_NUM_THREADS={threads}"]
-        for s in stages(cfg, Path(cfg.root))
-        if s.group
+        st.launcher[:2] == ["env", f"OMP_NUM_THREADS={threads}"] for st in stages(cfg, Path(cfg.root))[1:]
     )
     cfg.jobs = 1
-    assert all(s.launcher == [sys.executable] for s in stages(cfg, Path(cfg.root)))
+    assert all(st.launcher == [sys.executable] for st in stages(cfg, Path(cfg.root)))
     command = comparison_command(cfg)
     for seed in (3, 4, 5):
         assert f"benchmarks/results/world_model_fidelity_push_s{seed}_sr_mw10.json" in command
@@ -92,28 +92,34 @@ def test_bad_config_names_the_field(overrides, field):
         cfg.validate()
 
 
-SLEEPS = "import pathlib, sys, time\ntime.sleep(1.5)\np = pathlib.Path(sys.argv[1]); p.write_text('ok')\n"
+# Writes, when it ends, the time it started.
+SLEEPS = "import pathlib, sys, time\nt = time.time()\ntime.sleep(1.0)\npathlib.Path(sys.argv[1]).write_text(str(t))\n"
 
 
-def test_stages_of_a_group_run_side_by_side_and_a_failure_stops_after_its_group(tmp_path):
-    script = tmp_path / "sleeps.py"
+def test_side_by_side_a_stage_starts_once_what_it_needs_is_done_and_none_after_a_failure(tmp_path):
+    script, fails = tmp_path / "sleeps.py", tmp_path / "fails.py"
     script.write_text(SLEEPS)
-    fails = tmp_path / "fails.py"
     fails.write_text("raise SystemExit(2)\n")
 
-    def stage(name, group, path=script):
+    def stage(name, needs, path=script):
         marker = tmp_path / f"{name}.done"
-        return Stage(name, str(path), [str(marker)], marker, marker, group=group)
+        return Stage(name, str(path), [str(marker)], marker, marker, needs=needs)
 
-    t0 = time.perf_counter()
-    records = run_stages([stage("a", "g"), stage("b", "g"), stage("c", "")], False, tmp_path / "run", jobs=2)
-    assert [r.status for r in records] == ["ran", "ran", "ran"]
-    assert time.perf_counter() - t0 < 3 * 1.5  # a and b together, then c
-    assert all(r.seconds >= 1.5 for r in records)
-    records = run_stages(
-        [stage("d", "h", fails), stage("e", "h"), stage("f", "")], False, tmp_path / "run2", jobs=2
-    )
-    assert [(r.name, r.status) for r in records] == [("d", "failed"), ("e", "ran")]  # f never starts
+    # a and b need nothing, c needs a, d every stage before it: a+b, then c, then d.
+    run = [stage("a", ()), stage("b", ()), stage("c", ("a",)), stage("d", None)]
+    records = run_stages(run, False, tmp_path / "run", jobs=2)
+    assert [(r.name, r.status) for r in records] == [("a", "ran"), ("b", "ran"), ("c", "ran"), ("d", "ran")]
+    start = {n: float((tmp_path / f"{n}.done").read_text()) for n in "abcd"}
+    end = {n: (tmp_path / f"{n}.done").stat().st_mtime for n in "abcd"}
+    assert start["b"] < end["a"] and start["a"] < end["b"]  # side by side
+    assert start["c"] >= end["a"] and start["d"] >= max(end["a"], end["b"], end["c"])
+    # Done stages are skipped; a failure lets the running stage end and starts nothing more.
+    records = run_stages([*run, stage("e", (), fails), stage("f", ()), stage("g", ("f",))], False,
+                         tmp_path / "run", jobs=2)  # fmt: skip
+    assert [(r.name, r.status) for r in records][:4] == [(n, "done earlier") for n in "abcd"]
+    assert [(r.name, r.status) for r in records][4:] == [("e", "failed"), ("f", "ran")]  # g never starts
+    with pytest.raises(ValueError, match="nope"):
+        run_stages([stage("h", ("nope",))], False, tmp_path / "run2", jobs=2)
     # One at a time, the first failure stops the run at once.
-    records = run_stages([stage("g", "k", fails), stage("h", "k")], False, tmp_path / "run3", jobs=1)
-    assert [(r.name, r.status) for r in records] == [("g", "failed")]
+    records = run_stages([stage("i", (), fails), stage("j", ())], False, tmp_path / "run3", jobs=1)
+    assert [(r.name, r.status) for r in records] == [("i", "failed")]
