@@ -429,7 +429,7 @@ def build_setting(config_class, stages_of: Callable) -> tuple:
     cfg = parse_cli(config_class)
     cfg.validate()
     root = Path(cfg.root) if Path(cfg.root).is_absolute() else REPO / cfg.root
-    # A config with a `jobs` field runs the stages of one group that many at a time.
+    # A config with a `jobs` field runs that many stages at a time, each once the stages it needs are done.
     records = run_stages(stages_of(cfg, root), cfg.force, root, getattr(cfg, "jobs", 1))
     if failed := [r for r in records if r.status == "failed"]:
         raise SystemExit("; ".join(f"{r.name} failed; log: {r.produced}" for r in failed))
