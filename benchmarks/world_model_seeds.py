@@ -71,6 +71,9 @@ class SeedComparisonConfig:
     max_drop: dict[str, float] = field(default_factory=dict)  # figure -> how much lower it may be
     beat_copy_last: bool = True
     name: str = "world_model_seeds"
+    # Validate the rule and exit, reading no result: a pipeline checks its protocol before it trains the arms
+    # (pipelines.world_model_seeds). The files need not exist yet.
+    check_only: bool = False
 
     def validate(self) -> None:
         if not self.baseline or len(self.baseline) != len(self.candidate):
@@ -167,6 +170,9 @@ def compare(
 def main() -> None:
     cfg = parse_cli(SeedComparisonConfig)
     cfg.validate()
+    if cfg.check_only:
+        print(f"keep rule valid: {cfg.rule_figures()} over {len(cfg.baseline)} seed pairs")
+        return
     runs = {arm: [read_figures(p) for p in getattr(cfg, arm)] for arm in ("baseline", "candidate")}
     scored_on = {s for arm in runs.values() for _, s in arm}
     if len({windows for windows, _ in scored_on}) != 1:

@@ -3,11 +3,12 @@ before it is kept (a gain counts when it holds across 3 seeds; docs/training.md)
 
 push data -> the recipe's first phase for each first-phase seed -> its second phase (world_model/recipe.py) for
 each seed, once as the recipe (the baseline) and once with the candidate's overrides after the recipe's ->
-each model scored by `benchmarks/world_model_fidelity.py` on the push held-out windows -> the printed
-`benchmarks/world_model_seeds.py` command, to which the protocol's keep rule is added.
+each model scored by `benchmarks/world_model_fidelity.py` on the push held-out windows -> the two arms compared
+by `benchmarks/world_model_seeds.py` under the keep rule given up front (checked before anything trains).
 
     python -m worldloop.pipelines.world_model_seeds --name=mw10 --jobs=2 \\
-        '--candidate=[--model.motion_loss_weight=10,--model.motion_loss_span=window]'
+        '--candidate=[--model.motion_loss_weight=10,--model.motion_loss_span=window]' \\
+        '--keep_lower=[cube_error@30]' '--max_rise={idm_ratio@30: 0.2}' '--max_drop={cube_r: 0.05}'
 
 Why this script: each such comparison was run by a scratch script of its own, lost with the session. Every
 stage is a root script or benchmark run through the quickstart's stage runner and skipped when its output
@@ -17,18 +18,19 @@ two single-thread trainings went ~10% faster than one on both).
 
 Models: `<models>/push_tf` (first-phase seed 0; `push_s<k>_tf` for seed k), `<models>/push_s<seed>_sr` (the
 recipe) and `push_s<seed>_sr_<name>` (the candidate); results `benchmarks/results/world_model_fidelity_<model>.json`
-(move them to docs/results/ when they are logged). A first phase is shared by both arms of its pair and by
+and the comparison `benchmarks/results/world_model_seeds_push_<name>.json` (move them to docs/results/ when they
+are logged). A first phase is shared by both arms of its pair and by
 every candidate: only its seed sets it.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from worldloop.common.checkpoint import load_json
 from worldloop.common.config import ConfigError
 from worldloop.pipelines.quickstart import REPO, Stage, build_setting, resume_args
 from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS, SELF_ROLLOUT_STEPS
@@ -68,7 +70,13 @@ class WorldModelSeedsConfig:
     data_root: str = "outputs/data/push_wm"  # recorded here unless it holds a dataset already
     models: str = "outputs/world_model"
     root: str = ""  # stage logs and records; "" -> outputs/world_model_seeds/<name>
-    jobs: int = 1  # stages of one kind run this many at a time, OMP_NUM_THREADS = cores // jobs each
+    # The keep rule, fixed before the runs (benchmarks/world_model_seeds.py's fields): the candidate is kept when
+    # in every pair it is better on each keep_higher and keep_lower figure, and no guard moved past its allowance.
+    keep_higher: list[str] = field(default_factory=list)
+    keep_lower: list[str] = field(default_factory=list)
+    max_rise: dict[str, float] = field(default_factory=dict)  # '--max_rise={idm_ratio@30: 0.2}'
+    max_drop: dict[str, float] = field(default_factory=dict)  # '--max_drop={cube_r: 0.05}'
+    jobs: int = 1  # stages run this many at a time, OMP_NUM_THREADS = cores // jobs each
     force: bool = False  # redo stages whose outputs exist
 
     def validate(self) -> None:
@@ -86,6 +94,9 @@ class WorldModelSeedsConfig:
             )
         if len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds={self.seeds}: each pair needs a seed of its own")
+        if not self.keep_higher and not self.keep_lower:
+            raise ConfigError("keep_higher / keep_lower: the keep rule names at least one figure the candidate must "
+                              "win in every pair, e.g. '--keep_lower=[cube_error@30]' (fixed before the runs)")  # fmt: skip
         if self.jobs < 1:
             raise ConfigError(f"jobs={self.jobs}: expected >= 1")
         self.root = self.root or f"outputs/world_model_seeds/{self.name}"
@@ -118,7 +129,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
         [*PUSH_DATA_ARGS, f"--root={data}", "--repo_id=worldloop/push_wm"],
         data / "meta" / "recording.json",  # written when the recording ends
         data,
-        needs=(),
+        needs=("check the keep rule",),
     )
 
     def train(name: str, needs: tuple[str, ...], args: list[str]) -> Stage:
@@ -158,7 +169,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     # The first phase's own evaluation and calibrations are skipped: the second phase calibrates its model, and
     # the weights it starts from are the same either way.
     skip_evals = ["--eval.max_windows=0", "--calibrate_success=false", "--still_windows=0"]
-    out = [record, *(train(first_phase_name(s), (), [f"--train.seed={s}", *skip_evals])
+    out = [comparison(cfg, check_only=True), record, *(train(first_phase_name(s), (), [f"--train.seed={s}", *skip_evals])
                      for s in dict.fromkeys(cfg.first_phase_seeds))]  # fmt: skip
     for seed, first in zip(cfg.seeds, cfg.first_phase_seeds):
         init = models / first_phase_name(first) / "pretrained_model"
@@ -168,27 +179,44 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
         out += [train(m, (f"train {first_phase_name(first)}",), [*recipe, *extra])
                 for m, extra in zip(pair, (cfg.baseline, cfg.candidate))]  # fmt: skip
         out += [score(m) for m in pair]
-    return out
+    return [*out, comparison(cfg, needs=tuple(s.name for s in out if s.name.startswith("score ")))]
 
 
-def comparison_command(cfg: WorldModelSeedsConfig) -> str:
-    """The `benchmarks/world_model_seeds.py` command over the pairs; the protocol's keep rule is added to it."""
+def comparison(cfg: WorldModelSeedsConfig, check_only: bool = False, needs: tuple[str, ...] = ()) -> Stage:
+    """`benchmarks/world_model_seeds.py` over the pairs with the keep rule: run first with `check_only` (a rule
+    that names an unknown figure stops the pipeline before any training), and last on the scores."""
     pairs = [arm_names(cfg, s) for s in cfg.seeds]
-    return shlex.join(
+    result = REPO / "benchmarks" / "results" / f"{comparison_name(cfg)}.json"
+    return Stage(
+        "check the keep rule" if check_only else "compare the arms",
+        "benchmarks/world_model_seeds.py",
         [
-            "python",
-            "benchmarks/world_model_seeds.py",
             f"--baseline=[{','.join(fidelity_json(b) for b, _ in pairs)}]",
             f"--candidate=[{','.join(fidelity_json(c) for _, c in pairs)}]",
-            f"--name=world_model_seeds_push_{cfg.name}",
-        ]
+            f"--keep_higher=[{','.join(cfg.keep_higher)}]",
+            f"--keep_lower=[{','.join(cfg.keep_lower)}]",
+            f"--max_rise={{{', '.join(f'{k}: {v}' for k, v in cfg.max_rise.items())}}}",
+            f"--max_drop={{{', '.join(f'{k}: {v}' for k, v in cfg.max_drop.items())}}}",
+            f"--name={comparison_name(cfg)}",
+            *(["--check_only=true"] if check_only else []),
+        ],
+        # the check writes nothing, so it runs every time
+        result.with_suffix(".checked") if check_only else result,
+        result,
+        needs=needs,
     )
 
 
+def comparison_name(cfg: WorldModelSeedsConfig) -> str:
+    return f"world_model_seeds_push_{cfg.name}"
+
+
 def main() -> None:
-    cfg, root, records = build_setting(WorldModelSeedsConfig, stages)
-    print(f"\n{sum(r.seconds for r in records) / 60:.1f} min of stage time; compare the arms with the protocol's "
-          f"rule (--keep_higher, --keep_lower, --max_rise, --max_drop) added:\n  {comparison_command(cfg)}")  # fmt: skip
+    cfg, _, records = build_setting(WorldModelSeedsConfig, stages)
+    result = REPO / "benchmarks" / "results" / f"{comparison_name(cfg)}.json"
+    kept = load_json(result)["figures"]["kept"]
+    print(f"\n{sum(r.seconds for r in records) / 60:.1f} min of stage time; candidate {cfg.name} "
+          f"{'kept' if kept else 'not kept'} by the rule: {result.relative_to(REPO)}")  # fmt: skip
 
 
 if __name__ == "__main__":

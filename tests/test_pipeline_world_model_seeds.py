@@ -13,9 +13,10 @@ import pytest
 from command_fixtures import ROOT
 
 from benchmarks.world_model_fidelity import FidelityBenchmarkConfig
+from benchmarks.world_model_seeds import SeedComparisonConfig
 from worldloop.common.config import ConfigError, parse_cli
 from worldloop.pipelines.quickstart import Stage, run_stages
-from worldloop.pipelines.world_model_seeds import WorldModelSeedsConfig, comparison_command, stages
+from worldloop.pipelines.world_model_seeds import WorldModelSeedsConfig, stages
 from worldloop.sim.recording import RecordingConfig
 from worldloop.world_model.recipe import SELF_ROLLOUT_STEPS
 from worldloop.world_model.trainer import TrainWorldModelConfig
@@ -24,13 +25,15 @@ CONFIGS = {
     "record_demos.py": RecordingConfig,
     "train_world_model.py": TrainWorldModelConfig,
     "benchmarks/world_model_fidelity.py": FidelityBenchmarkConfig,
+    "benchmarks/world_model_seeds.py": SeedComparisonConfig,
 }
 MW10 = ["--model.motion_loss_weight=10", "--model.motion_loss_span=window"]
 
 
 def _cfg(tmp_path: Path, **kw) -> WorldModelSeedsConfig:
     cfg = WorldModelSeedsConfig(name="mw10", candidate=MW10, models=str(tmp_path / "wm"),
-                                data_root=str(tmp_path / "data"), **kw)  # fmt: skip
+                                data_root=str(tmp_path / "data"), keep_lower=["cube_error@30"],
+                                max_rise={"idm_ratio@30": 0.2}, **kw)  # fmt: skip
     cfg.validate()
     return cfg
 
@@ -39,7 +42,8 @@ def test_the_arms_of_a_pair_differ_only_by_the_candidate_and_share_their_first_p
     monkeypatch.chdir(ROOT)  # the stages' config paths are relative to the repository
     cfg = _cfg(tmp_path, seeds=[3, 4, 5], first_phase_seeds=[0, 1, 1], jobs=2)
     parsed = {s.name: parse_cli(CONFIGS[s.script], s.args) for s in stages(cfg, Path(cfg.root))}
-    assert list(parsed)[0] == "record push data" and parsed["record push data"].environment_state
+    assert list(parsed)[:2] == ["check the keep rule", "record push data"]
+    assert parsed["record push data"].environment_state and list(parsed)[-1] == "compare the arms"
     firsts = [n for n in parsed if n.endswith("_tf")]
     assert firsts == ["train push_tf", "train push_s1_tf"]  # seed 1's first phase is trained once
     assert [parsed[n].train.seed for n in firsts] == [0, 1]
@@ -61,17 +65,38 @@ def test_the_arms_of_a_pair_differ_only_by_the_candidate_and_share_their_first_p
     assert needs["train push_s1_tf"] == ("record push data",)
     assert needs["train push_s5_sr_mw10"] == ("record push data", "train push_s1_tf")
     assert needs["score push_s3_sr"] == ("train push_s3_sr",)
-    # With two jobs every stage runs on a core of its own.
+    # With two jobs every training and scoring runs on a core of its own.
     threads = max(1, (os.cpu_count() or 1) // 2)
-    assert all(
-        st.launcher[:2] == ["env", f"OMP_NUM_THREADS={threads}"] for st in stages(cfg, Path(cfg.root))[1:]
-    )
+    heavy = [st for st in stages(cfg, Path(cfg.root)) if st.name.split()[0] in ("train", "score")]
+    assert len(heavy) == 2 + 6 + 6
+    assert all(st.launcher[:2] == ["env", f"OMP_NUM_THREADS={threads}"] for st in heavy)
     cfg.jobs = 1
     assert all(st.launcher == [sys.executable] for st in stages(cfg, Path(cfg.root)))
-    command = comparison_command(cfg)
-    for seed in (3, 4, 5):
-        assert f"benchmarks/results/world_model_fidelity_push_s{seed}_sr_mw10.json" in command
-    assert "--name=world_model_seeds_push_mw10" in command
+    # The keep rule is checked first and applied last, on the six scorings.
+    check, compare = parsed["check the keep rule"], parsed["compare the arms"]
+    assert check.check_only and not compare.check_only
+    for rule in (check, compare):
+        assert rule.keep_lower == ["cube_error@30"] and rule.keep_higher == [] and rule.max_drop == {}
+        assert rule.max_rise == {"idm_ratio@30": 0.2} and rule.name == "world_model_seeds_push_mw10"
+        assert rule.candidate == [
+            f"benchmarks/results/world_model_fidelity_push_s{s}_sr_mw10.json" for s in (3, 4, 5)
+        ]
+        assert rule.baseline == [
+            f"benchmarks/results/world_model_fidelity_push_s{s}_sr.json" for s in (3, 4, 5)
+        ]
+    assert needs["record push data"] == ("check the keep rule",)
+    assert sorted(needs["compare the arms"]) == sorted(n for n in parsed if n.startswith("score "))
+    assert len(needs["compare the arms"]) == 6
+
+
+def test_a_rule_that_names_an_unknown_figure_stops_before_anything_trains(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cfg = _cfg(tmp_path, keep_higher=["cube_speed"])
+    check = stages(cfg, Path(cfg.root))[0]
+    with pytest.raises(ConfigError, match="cube_speed"):
+        parse_cli(SeedComparisonConfig, check.args).validate()
+    records = run_stages(stages(cfg, Path(cfg.root)), False, tmp_path / "run", jobs=2)
+    assert [(r.name, r.status) for r in records] == [("check the keep rule", "failed")]
 
 
 @pytest.mark.parametrize(
@@ -84,10 +109,13 @@ def test_the_arms_of_a_pair_differ_only_by_the_candidate_and_share_their_first_p
         ({"seeds": [3, 4], "first_phase_seeds": [0]}, "first_phase_seeds"),
         ({"seeds": [3, 3], "first_phase_seeds": [0, 1]}, "seeds"),
         ({"jobs": 0}, "jobs"),
+        ({"keep_lower": []}, "keep_higher / keep_lower"),
     ],
 )
 def test_bad_config_names_the_field(overrides, field):
-    cfg = WorldModelSeedsConfig(**{"name": "x", "candidate": ["--a=1"], **overrides})
+    cfg = WorldModelSeedsConfig(
+        **{"name": "x", "candidate": ["--a=1"], "keep_lower": ["ssim@30"], **overrides}
+    )
     with pytest.raises(ConfigError, match=field):
         cfg.validate()
 
