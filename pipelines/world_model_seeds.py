@@ -117,8 +117,9 @@ def fidelity_json(model: str) -> str:
 
 
 def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
-    """The data, the first phases, then each pair's two trainings and their scorings. With `jobs` > 1 a stage
-    starts as soon as what it reads is done, so a pair trains while later first phases still run."""
+    """The rule's check, the data, the first phases, each pair's two trainings, the scorings, the comparison.
+    With `jobs` > 1 a stage starts as soon as what it reads is done, so a pair trains while later first phases
+    still run."""
     # Absolute, so that whether a stage is done does not depend on where the pipeline was started.
     models, data = (Path(p) if Path(p).is_absolute() else REPO / p for p in (cfg.models, cfg.data_root))
     threads = max(1, (os.cpu_count() or 1) // cfg.jobs)
@@ -171,6 +172,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     skip_evals = ["--eval.max_windows=0", "--calibrate_success=false", "--still_windows=0"]
     out = [comparison(cfg, check_only=True), record, *(train(first_phase_name(s), (), [f"--train.seed={s}", *skip_evals])
                      for s in dict.fromkeys(cfg.first_phase_seeds))]  # fmt: skip
+    scores = []
     for seed, first in zip(cfg.seeds, cfg.first_phase_seeds):
         init = models / first_phase_name(first) / "pretrained_model"
         recipe = [f"--init_from={init}", f"--train.steps={SELF_ROLLOUT_STEPS}", *SELF_ROLLOUT_PHASE_ARGS,
@@ -178,8 +180,10 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
         pair = arm_names(cfg, seed)
         out += [train(m, (f"train {first_phase_name(first)}",), [*recipe, *extra])
                 for m, extra in zip(pair, (cfg.baseline, cfg.candidate))]  # fmt: skip
-        out += [score(m) for m in pair]
-    return [*out, comparison(cfg, needs=tuple(s.name for s in out if s.name.startswith("score ")))]
+        scores += [score(m) for m in pair]
+    # Scorings listed after every training: with jobs > 1 a free core takes a training first (the long pole), and
+    # the minutes-long scorings fill in at the end.
+    return [*out, *scores, comparison(cfg, needs=tuple(s.name for s in scores))]
 
 
 def comparison(cfg: WorldModelSeedsConfig, check_only: bool = False, needs: tuple[str, ...] = ()) -> Stage:
