@@ -111,9 +111,13 @@ def arm_names(cfg: WorldModelSeedsConfig, seed: int) -> tuple[str, str]:
     return f"push_s{seed}_sr", f"push_s{seed}_sr_{cfg.name}"
 
 
+def result_json(name: str) -> str:
+    """Where a benchmark run with `--name=<name>` writes (relative to the repository)."""
+    return f"benchmarks/results/{name}.json"
+
+
 def fidelity_json(model: str) -> str:
-    """Where the scoring of `model` writes (relative to the repository)."""
-    return f"benchmarks/results/world_model_fidelity_{model}.json"
+    return result_json(f"world_model_fidelity_{model}")
 
 
 def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
@@ -170,8 +174,9 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     # The first phase's own evaluation and calibrations are skipped: the second phase calibrates its model, and
     # the weights it starts from are the same either way.
     skip_evals = ["--eval.max_windows=0", "--calibrate_success=false", "--still_windows=0"]
-    out = [comparison(cfg, check_only=True), record, *(train(first_phase_name(s), (), [f"--train.seed={s}", *skip_evals])
-                     for s in dict.fromkeys(cfg.first_phase_seeds))]  # fmt: skip
+    firsts = [train(first_phase_name(s), (), [f"--train.seed={s}", *skip_evals])
+              for s in dict.fromkeys(cfg.first_phase_seeds)]  # fmt: skip
+    out = [comparison(cfg, check_only=True), record, *firsts]
     scores = []
     for seed, first in zip(cfg.seeds, cfg.first_phase_seeds):
         init = models / first_phase_name(first) / "pretrained_model"
@@ -190,7 +195,7 @@ def comparison(cfg: WorldModelSeedsConfig, check_only: bool = False, needs: tupl
     """`benchmarks/world_model_seeds.py` over the pairs with the keep rule: run first with `check_only` (a rule
     that names an unknown figure stops the pipeline before any training), and last on the scores."""
     pairs = [arm_names(cfg, s) for s in cfg.seeds]
-    result = REPO / "benchmarks" / "results" / f"{comparison_name(cfg)}.json"
+    result = REPO / result_json(comparison_name(cfg))
     return Stage(
         "check the keep rule" if check_only else "compare the arms",
         "benchmarks/world_model_seeds.py",
@@ -217,7 +222,7 @@ def comparison_name(cfg: WorldModelSeedsConfig) -> str:
 
 def main() -> None:
     cfg, _, records = build_setting(WorldModelSeedsConfig, stages)
-    result = REPO / "benchmarks" / "results" / f"{comparison_name(cfg)}.json"
+    result = REPO / result_json(comparison_name(cfg))
     kept = load_json(result)["figures"]["kept"]
     print(f"\n{sum(r.seconds for r in records) / 60:.1f} min of stage time; candidate {cfg.name} "
           f"{'kept' if kept else 'not kept'} by the rule: {result.relative_to(REPO)}")  # fmt: skip
