@@ -75,7 +75,7 @@ class Stage:
     script: str  # root script
     args: list[str]
     done_marker: Path  # exists once the stage has produced its output (see `is_done`)
-    produced: Path
+    produced: Path | None  # what a later stage or a user reads; None for a check that writes nothing
     metrics: Callable[[], dict] = dict
     launcher: list[str] = field(default_factory=lambda: [sys.executable])
     # The stages whose outputs it reads, by name: with `run_stages(jobs=N)` it starts once they are done, beside
@@ -362,8 +362,9 @@ def run_stage(stage: Stage, force: bool, log_dir: Path, echo: bool = True) -> St
     if rc != 0:
         print(f"[{stage.name}] FAILED (exit {rc}) after {seconds:.0f}s; log: {log}", flush=True)
         return StageRecord(stage.name, "failed", seconds, str(log))
-    print(f"[{stage.name}] done in {seconds:.0f}s: produced {stage.produced}", flush=True)
-    return StageRecord(stage.name, "ran", seconds, str(stage.produced), stage.metrics())
+    produced = f": produced {stage.produced}" if stage.produced else ""
+    print(f"[{stage.name}] done in {seconds:.0f}s{produced}", flush=True)
+    return StageRecord(stage.name, "ran", seconds, str(stage.produced or ""), stage.metrics())
 
 
 def run_stages(stages: list[Stage], force: bool, run_dir: Path, jobs: int = 1) -> list[StageRecord]:

@@ -211,7 +211,7 @@ def comparison(cfg: WorldModelSeedsConfig, check_only: bool = False, needs: tupl
         ],
         # the check writes nothing, so it runs every time
         result.with_suffix(".checked") if check_only else result,
-        result,
+        None if check_only else result,
         needs=needs,
     )
 

@@ -85,6 +85,12 @@ def test_the_arms_of_a_pair_differ_only_by_the_candidate_and_share_their_first_p
             f"benchmarks/results/world_model_fidelity_push_s{s}_sr.json" for s in (3, 4, 5)
         ]
     assert needs["record push data"] == ("check the keep rule",)
+    # The check writes nothing and says so; the comparison produces the rule's result.
+    by_name = {st.name: st for st in stages(cfg, Path(cfg.root))}
+    assert by_name["check the keep rule"].produced is None
+    assert (
+        by_name["compare the arms"].produced == ROOT / "benchmarks/results/world_model_seeds_push_mw10.json"
+    )
     assert sorted(needs["compare the arms"]) == sorted(n for n in parsed if n.startswith("score "))
     assert len(needs["compare the arms"]) == 6
 
