@@ -2,8 +2,8 @@
 
 After teacher forcing, training goes on from those weights (`--init_from`) with the model drawing the last four
 frames of each 8-frame window itself, gradient through all four, so the frames that carry the loss are drawn on
-from up to three frames of its own (kept over 3 seeds against two of six: docs/experiments.md, 2026-11-28); the
-exported model reads its warp bicubically.
+from up to three frames of its own (kept over 3 seeds against two of six: docs/experiments.md, 2026-11-28); what
+moves in a window weighs 4 in its frame losses; the exported model reads its warp bicubically.
 The quickstart, `benchmarks/gpu_session.sh` and `benchmarks/world_model_step_time.py` read it from here, so the
 recipe has one definition. No imports, so the shell script reads it without loading torch.
 """
@@ -22,4 +22,10 @@ SELF_ROLLOUT_PHASE_ARGS = (
     # a push model lost it more often.
     "--model.dit.warp_read=bicubic",
     "--model.dit.train_warp_read=bilinear",
+    # Pixels that move anywhere in the window weigh 1 + 3 in its frame losses: the pushed cube's error at h30
+    # -0.54 px [-0.62, -0.45] and displacement r +0.04, both in each of 3 fresh seeds, the IDM ratio not higher in
+    # any, SSIM@30 -0.008 (docs/experiments.md, 2026-12-01). w 10 moved the cube further but lost the arm late in
+    # a rollout in 2 of 6 seeds.
+    "--model.motion_loss_weight=3",
+    "--model.motion_loss_span=window",
 )
