@@ -81,6 +81,9 @@ class Stage:
     # The stages whose outputs it reads, by name: with `run_stages(jobs=N)` it starts once they are done, beside
     # up to N - 1 others. None: every stage listed before it.
     needs: tuple[str, ...] | None = None
+    # Files it reads that a later run may remake (a model a benchmark scores): the stage is not done where one
+    # is newer than its marker, so a result never outlives what it measured.
+    inputs: tuple[Path, ...] = ()
 
 
 def _read_json(path: Path) -> dict:
@@ -325,8 +328,12 @@ def resume_args(output_dir: Path) -> list[str]:
 
 
 def is_done(stage: Stage) -> bool:
-    """The marker exists and, where it is a JSON record with a `complete` flag, says complete."""
+    """The marker exists, is newer than each of the stage's `inputs` that exists and, where it is a JSON record
+    with a `complete` flag, says complete."""
     if not stage.done_marker.is_file():
+        return False
+    made = stage.done_marker.stat().st_mtime
+    if any(p.is_file() and p.stat().st_mtime > made for p in stage.inputs):
         return False
     if stage.done_marker.suffix == ".json":
         record = _read_json(stage.done_marker)

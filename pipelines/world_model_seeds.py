@@ -13,7 +13,8 @@ by `benchmarks/world_model_seeds.py` under the keep rule given up front (checked
 Why this script: each such comparison was run by a scratch script of its own, lost with the session. Every
 stage is a root script or benchmark run through the quickstart's stage runner and skipped when its output
 exists; a training stage resumes from its last checkpoint, so an interrupted comparison continues where it
-stopped. With `--jobs=2` two stages run at a time, a core each, each as soon as what it reads is done (on 2 cores
+stopped. A model trained with other overrides than its stage's (a recipe changed since) stops the run instead of
+being reused; a scoring older than its model is redone. With `--jobs=2` two stages run at a time, a core each, each as soon as what it reads is done (on 2 cores
 two single-thread trainings went ~10% faster than one on both).
 
 Models: `<models>/push_tf` (first-phase seed 0; `push_s<k>_tf` for seed k), `<models>/push_s<seed>_sr` (the
@@ -26,6 +27,7 @@ every candidate: only its seed sets it.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +171,9 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
             REPO / fidelity_json(model),
             launcher=launcher,
             needs=(f"train {model}",),
+            inputs=(
+                models / model / "pretrained_model" / "training.json",
+            ),  # a model trained anew is scored anew
         )
 
     # The first phase's own evaluation and calibrations are skipped: the second phase calibrates its model, and
@@ -186,9 +191,40 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
         out += [train(m, (f"train {first_phase_name(first)}",), [*recipe, *extra])
                 for m, extra in zip(pair, (cfg.baseline, cfg.candidate))]  # fmt: skip
         scores += [score(m) for m in pair]
+    if stale := [m for st in out if (m := trained_otherwise(st))]:
+        raise SystemExit(
+            "models trained otherwise than these stages would train them (they are not overwritten: move them "
+            "away to train them anew, or give --models=<another folder>):\n  " + "\n  ".join(stale)
+        )
     # Scorings listed after every training: with jobs > 1 a free core takes a training first (the long pole), and
     # the minutes-long scorings fill in at the end.
     return [*out, *scores, comparison(cfg, needs=tuple(s.name for s in scores))]
+
+
+def trained_otherwise(stage: Stage) -> str:
+    """For a training stage whose model exists: how the overrides it was trained with (its training.json's
+    command; the last of a repeated key wins, `--output_dir` and `--resume` aside) differ from the stage's, as
+    `<model>: --key=<was> -> <now>, ...`; "" where they match, or for any other stage. A recipe that changed
+    since a model was trained would otherwise be compared by that model, since a stage whose output exists is
+    skipped."""
+    if stage.script != "train_world_model.py" or not stage.done_marker.is_file():
+        return ""
+    was = _overrides(shlex.split(load_json(stage.done_marker)["command"])[2:])
+    now = _overrides(stage.args)
+    changed = [f"--{k}={was.get(k, '<unset>')} -> {now.get(k, '<unset>')}"
+               for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]  # fmt: skip
+    return f"{stage.produced}: {', '.join(changed)}" if changed else ""
+
+
+def _overrides(args: list[str]) -> dict[str, str]:
+    out = {}
+    for arg in args:
+        key, _, value = arg.removeprefix("--").partition("=")
+        # a path given relative to the repository and the same path given absolute are one
+        out[key] = str((REPO / value).resolve()) if value and (REPO / value).exists() else value
+    for key in ("output_dir", "resume"):
+        out.pop(key, None)
+    return out
 
 
 def comparison(cfg: WorldModelSeedsConfig, check_only: bool = False, needs: tuple[str, ...] = ()) -> Stage:

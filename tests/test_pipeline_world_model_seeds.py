@@ -5,7 +5,9 @@ side."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from benchmarks.world_model_fidelity import FidelityBenchmarkConfig
 from benchmarks.world_model_seeds import SeedComparisonConfig
 from worldloop.common.config import ConfigError, parse_cli
 from worldloop.pipelines.quickstart import Stage, run_stages
-from worldloop.pipelines.world_model_seeds import WorldModelSeedsConfig, stages
+from worldloop.pipelines.world_model_seeds import WorldModelSeedsConfig, stages, trained_otherwise
 from worldloop.sim.recording import RecordingConfig
 from worldloop.world_model.recipe import SELF_ROLLOUT_STEPS
 from worldloop.world_model.trainer import TrainWorldModelConfig
@@ -124,6 +126,32 @@ def test_bad_config_names_the_field(overrides, field):
     )
     with pytest.raises(ConfigError, match=field):
         cfg.validate()
+
+
+def test_a_model_trained_otherwise_than_its_stage_stops_the_run_and_is_kept(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cfg = _cfg(tmp_path, seeds=[3], first_phase_seeds=[0])
+    train = {st.name: st for st in stages(cfg, Path(cfg.root))}["train push_s3_sr"]
+    record = train.done_marker
+    record.parent.mkdir(parents=True)
+
+    def trained_with(args):
+        record.write_text(json.dumps({"command": shlex.join(["python", "train_world_model.py", *args])}))
+
+    # The same overrides, the config path absolute, another order, resumed and written elsewhere: the same model.
+    args = [a.replace("--config=configs/", f"--config={ROOT}/configs/") for a in train.args]
+    assert args != train.args
+    trained_with([*reversed(args), "--resume=true", "--output_dir=/elsewhere"])
+    assert trained_otherwise(train) == ""
+    assert "train push_s3_sr" in [st.name for st in stages(cfg, Path(cfg.root))]
+    # Trained before the recipe took its motion weights: named, with what changed, and left as it is.
+    trained_with([a for a in train.args if "motion_loss" not in a])
+    assert trained_otherwise(train).endswith("--model.motion_loss_weight=<unset> -> 3")
+    with pytest.raises(
+        SystemExit, match=r"push_s3_sr/pretrained_model: --model.motion_loss_span=<unset> -> window"
+    ):
+        stages(cfg, Path(cfg.root))
+    assert record.is_file()
 
 
 # Writes, when it ends, the time it started.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from worldloop.pipelines.quickstart import QuickstartConfig, Stage, is_done, run_stage, stages_for
 
@@ -40,6 +41,18 @@ def test_an_incomplete_recording_is_not_done(tmp_path):
     marker.write_text(json.dumps({"complete": False}))
     assert not is_done(stage)
     marker.write_text(json.dumps({"complete": True}))
+    assert is_done(stage)
+
+
+def test_a_stage_whose_input_was_made_anew_is_not_done(tmp_path):
+    model, result = tmp_path / "training.json", tmp_path / "score.json"
+    stage = Stage("score", "benchmarks/world_model_fidelity.py", [], result, result, inputs=(model,))
+    result.write_text("{}")
+    assert is_done(stage)  # an input that does not exist does not hold the stage back
+    model.write_text("{}")
+    os.utime(model, (result.stat().st_mtime + 5,) * 2)  # the model trained again after it was scored
+    assert not is_done(stage)
+    os.utime(result, (model.stat().st_mtime + 5,) * 2)
     assert is_done(stage)
 
 
