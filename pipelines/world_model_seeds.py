@@ -14,8 +14,8 @@ Why this script: each such comparison was run by a scratch script of its own, lo
 stage is a root script or benchmark run through the quickstart's stage runner and skipped when its output
 exists; a training stage resumes from its last checkpoint, so an interrupted comparison continues where it
 stopped. A model trained with other overrides than its stage's (a recipe changed since) stops the run instead of
-being reused; a scoring older than its model is redone. With `--jobs=2` two stages run at a time, a core each, each as soon as what it reads is done (on 2 cores
-two single-thread trainings went ~10% faster than one on both).
+being reused; a scoring older than its model is redone. With `--jobs=2` two stages run at a time, a core each,
+each as soon as what it reads is done (on 2 cores two single-thread trainings went ~10% faster than one on both).
 
 Models: `<models>/push_tf` (first-phase seed 0; `push_s<k>_tf` for seed k), `<models>/push_s<seed>_sr` (the
 recipe) and `push_s<seed>_sr_<name>` (the candidate); results `benchmarks/results/world_model_fidelity_<model>.json`
@@ -158,6 +158,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
         )
 
     def score(model: str) -> Stage:
+        trained = models / model / "pretrained_model" / "training.json"
         return Stage(
             f"score {model}",
             "benchmarks/world_model_fidelity.py",
@@ -171,9 +172,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
             REPO / fidelity_json(model),
             launcher=launcher,
             needs=(f"train {model}",),
-            inputs=(
-                models / model / "pretrained_model" / "training.json",
-            ),  # a model trained anew is scored anew
+            inputs=(trained,),  # a model trained anew is scored anew
         )
 
     # The first phase's own evaluation and calibrations are skipped: the second phase calibrates its model, and
