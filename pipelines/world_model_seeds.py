@@ -178,35 +178,35 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     # The first phase's own evaluation and calibrations are skipped: the second phase calibrates its model, and
     # the weights it starts from are the same either way.
     skip_evals = ["--eval.max_windows=0", "--calibrate_success=false", "--still_windows=0"]
-    firsts = [train(first_phase_name(s), (), [f"--train.seed={s}", *skip_evals])
-              for s in dict.fromkeys(cfg.first_phase_seeds)]  # fmt: skip
-    out = [comparison(cfg, check_only=True), record, *firsts]
+    trainings = [train(first_phase_name(s), (), [f"--train.seed={s}", *skip_evals])
+                 for s in dict.fromkeys(cfg.first_phase_seeds)]  # fmt: skip
     scores = []
     for seed, first in zip(cfg.seeds, cfg.first_phase_seeds):
         init = models / first_phase_name(first) / "pretrained_model"
         recipe = [f"--init_from={init}", f"--train.steps={SELF_ROLLOUT_STEPS}", *SELF_ROLLOUT_PHASE_ARGS,
                   f"--train.seed={seed}"]  # fmt: skip
         pair = arm_names(cfg, seed)
-        out += [train(m, (f"train {first_phase_name(first)}",), [*recipe, *extra])
-                for m, extra in zip(pair, (cfg.baseline, cfg.candidate))]  # fmt: skip
+        trainings += [train(m, (f"train {first_phase_name(first)}",), [*recipe, *extra])
+                      for m, extra in zip(pair, (cfg.baseline, cfg.candidate))]  # fmt: skip
         scores += [score(m) for m in pair]
-    if stale := [m for st in out if (m := trained_otherwise(st))]:
+    if stale := [m for st in trainings if (m := trained_otherwise(st))]:
         raise SystemExit(
             "models trained otherwise than these stages would train them (they are not overwritten: move them "
             "away to train them anew, or give --models=<another folder>):\n  " + "\n  ".join(stale)
         )
     # Scorings listed after every training: with jobs > 1 a free core takes a training first (the long pole), and
     # the minutes-long scorings fill in at the end.
-    return [*out, *scores, comparison(cfg, needs=tuple(s.name for s in scores))]
+    return [comparison(cfg, check_only=True), record, *trainings, *scores,
+            comparison(cfg, needs=tuple(s.name for s in scores))]  # fmt: skip
 
 
 def trained_otherwise(stage: Stage) -> str:
     """For a training stage whose model exists: how the overrides it was trained with (its training.json's
     command; the last of a repeated key wins, `--output_dir` and `--resume` aside) differ from the stage's, as
-    `<model>: --key=<was> -> <now>, ...`; "" where they match, or for any other stage. A recipe that changed
-    since a model was trained would otherwise be compared by that model, since a stage whose output exists is
-    skipped."""
-    if stage.script != "train_world_model.py" or not stage.done_marker.is_file():
+    `<model>: --key=<was> -> <now>, ...`; "" where they match or the model does not exist yet. A recipe that
+    changed since a model was trained would otherwise be compared by that model, since a stage whose output
+    exists is skipped."""
+    if not stage.done_marker.is_file():
         return ""
     was = _overrides(shlex.split(load_json(stage.done_marker)["command"])[2:])
     now = _overrides(stage.args)
