@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from imagination_fixtures import tiny_policy, tiny_world_model
@@ -27,6 +28,10 @@ def test_observe_modes_rank_side_by_side(tmp_path, monkeypatch):
     figures = json.loads((tmp_path / "results" / "ablation.json").read_text())["figures"]
     assert [r["observe"] for r in figures["runs"]] == ["drawn", "first_frame", "sim"]
     assert figures["judge"]["kind"] == "drawn_frames" and figures["observe"] == "drawn"
+    # the runs' scatters side by side, in the file the result names
+    assert figures["scatter_png"].endswith("imagined_vs_sim_by_observe.png")
+    assert Path(figures["scatter_png"]).stat().st_size > 1000
+    assert set(figures["runs"][0]["met"]) == {"pearson", "spearman", "mmrv", "gap"}
     for mode in ("drawn", "first_frame", "sim"):
         saved = json.loads((tmp_path / "out" / f"observe_{mode}_seed100000" / "ranking.json").read_text())
         assert saved["summary"]["judge"]["observe"] == mode

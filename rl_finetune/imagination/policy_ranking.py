@@ -204,32 +204,35 @@ def _row(name: str, rec: dict) -> dict:
     return row
 
 
-def plot_scatter(rows: list[dict], report: dict, path: Path) -> None:
+def plot_scatter(panels: list[tuple[str, list[dict], dict]], path: Path) -> None:
+    """Imagined against simulated success, one panel per (title, policy rows, ranking report), side by side:
+    each policy a point with both 95% intervals, the diagonal where imagination is right."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 5))
-    ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--", label="imagined = sim")
-    for r in rows:
-        (s_lo, s_hi), (i_lo, i_hi) = (map(float, r[k].split("-")) for k in ("sim_ci", "imagined_ci"))
-        ax.errorbar(
-            r["sim"], r["imagined"], xerr=[[r["sim"] - s_lo], [s_hi - r["sim"]]],
-            yerr=[[r["imagined"] - i_lo], [i_hi - r["imagined"]]], fmt="o", capsize=3,
-        )  # fmt: skip
-        ax.annotate(
-            r["policy"], (r["sim"], r["imagined"]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 5), squeeze=False)
+    for ax, (title, rows, report) in zip(axes[0], panels):
+        ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--", label="imagined = sim")
+        for r in rows:
+            (s_lo, s_hi), (i_lo, i_hi) = (map(float, r[k].split("-")) for k in ("sim_ci", "imagined_ci"))
+            ax.errorbar(
+                r["sim"], r["imagined"], xerr=[[r["sim"] - s_lo], [s_hi - r["sim"]]],
+                yerr=[[r["imagined"] - i_lo], [i_hi - r["imagined"]]], fmt="o", capsize=3,
+            )  # fmt: skip
+            ax.annotate(
+                r["policy"], (r["sim"], r["imagined"]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+            )
+        ax.set_xlabel("success in the simulator")
+        ax.set_ylabel("success in imagination")
+        ax.set_xlim(-0.05, 1.05)
+        ax.set_ylim(-0.05, 1.05)
+        figures = (
+            f"Pearson {report['pearson']:.2f}  Spearman {report['spearman']:.2f}  MMRV {report['mmrv']:.3f}"
         )
-    ax.set_xlabel("success in the simulator")
-    ax.set_ylabel("success in imagination")
-    ax.set_xlim(-0.05, 1.05)
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title(
-        f"Pearson {report['pearson']:.2f}  Spearman {report['spearman']:.2f}  MMRV {report['mmrv']:.3f}",
-        fontsize=9,
-    )
-    ax.legend(loc="lower right", fontsize=7)
+        ax.set_title(f"{title}\n{figures}" if title else figures, fontsize=9)
+        ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -290,7 +293,7 @@ def rank_policies(
         )
         result["imagination_seconds"] = sum(r["imagined_s"] for r in rows)
         result["sim_seconds"] = sum(r["sim_s"] for r in rows)
-        plot_scatter(rows, report, output_dir / "imagined_vs_sim.png")
+        plot_scatter([("", rows, report)], output_dir / "imagined_vs_sim.png")
         result["success_threshold"] = env.success_threshold
         result["threshold_sweep"] = threshold_sweep(records, env.success_threshold)
     save_json({"summary": result, "policies": records}, output_dir / "ranking.json")
