@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -157,7 +158,11 @@ class EpisodeWriter:
         `seed` if given, success, length, then `facts`), also kept for `meta/recording.json`."""
         if self._length == 0:
             raise ValueError(f"recording {self.root}: an episode needs at least one frame")
-        self._dataset.save_episode()
+        with warnings.catch_warnings():
+            # LeRobot's episode stats histogram our bool success / done columns after casting them to uint8, and
+            # say so once per column and process: harmless, and it floods the progress bar.
+            warnings.filterwarnings("ignore", "Converting input from bool", RuntimeWarning)
+            self._dataset.save_episode()
         episode = {"episode_index": self._dataset.meta.total_episodes - 1}
         if seed is not None:
             episode["seed"] = seed
