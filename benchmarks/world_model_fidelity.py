@@ -57,6 +57,7 @@ from worldloop.rl_finetune.wm_posttrain.rollout_stability import (  # noqa: E402
 from worldloop.world_model.checkpoint_inputs import dataset_config_for  # noqa: E402
 from worldloop.world_model.metrics import (  # noqa: E402
     HeldOutWindows,
+    action_following,
     imagine,
     imagine_next_frames,
     rollout_fidelity,
@@ -104,6 +105,9 @@ class FidelityBenchmarkConfig:
     strip_steps: list[int] = field(default_factory=lambda: [1, 3, 5, 10, 20, 30])
     # The same picture of windows whose cube shows in the real last frame and not in the drawn one (push)
     lost_strip_path: str = ""  # "" -> none
+    # A pretrained_model dir whose IDM (trained on real frames only) also scores action following: a model
+    # trained against its own IDM (model.self_rollout_idm_weight) is judged by one it never saw.
+    referee_idm: str = ""
     name: str = "world_model_fidelity"  # benchmarks/results/<name>.json
 
 
@@ -287,6 +291,20 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     t0 = time.perf_counter()
     imagined = imagine(model, windows, ctx, steps=steps, seed=cfg.seed)
     curves = rollout_fidelity(model, windows, ctx, imagined)
+    if cfg.referee_idm:
+        referee = WorldModel.from_pretrained(cfg.referee_idm)
+        if (referee.cfg.frame_size, list(referee.cfg.cameras)) != (
+            model.cfg.frame_size,
+            list(model.cfg.cameras),
+        ):
+            raise SystemExit(
+                f"--referee_idm={cfg.referee_idm} reads {list(referee.cfg.cameras)} at {referee.cfg.frame_size} px; "
+                f"the model draws {list(model.cfg.cameras)} at {model.cfg.frame_size} px: they must match"
+            )
+        curves["idm_error_generated_referee"], curves["idm_error_real_referee"] = action_following(
+            referee, windows, ctx, imagined[0]
+        )
+        figures["referee_idm"] = cfg.referee_idm
     shuffled = imagine(model, windows, ctx, steps=steps, seed=cfg.seed, shuffle_actions=True, judge=False)
     real = windows.frames[:, ctx:].float()
     curves["ssim_shuffled_actions"] = (
@@ -423,6 +441,10 @@ def issue24_targets(curves: dict, figures: dict, horizon: int) -> dict:
         "shuffled_actions_ssim_drop_h10": curves["ssim"][h10] - curves["ssim_shuffled_actions"][h10],
         "idm_error_ratio_h30": curves["idm_error_generated"][last] / curves["idm_error_real"][last],
     }
+    if "idm_error_generated_referee" in curves:
+        out["idm_error_ratio_h30_referee"] = (
+            curves["idm_error_generated_referee"][last] / curves["idm_error_real_referee"][last]
+        )
     out["shuffled_drop_at_least_0.05"] = out["shuffled_actions_ssim_drop_h10"] >= 0.05
     out["idm_ratio_at_most_1.5"] = out["idm_error_ratio_h30"] <= 1.5
     objects = figures.get("objects")

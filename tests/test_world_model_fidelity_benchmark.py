@@ -56,6 +56,7 @@ def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model, tmp
             strip_windows=2,
             strip_steps=[1, horizon],
             lost_strip_path=str(tmp_path / "lost.png"),
+            referee_idm=str(model),  # itself: the referee's figures must then be its own
         )
     )
     assert figures["windows"] == 4 and len(figures["curves"]["ssim"]) == horizon
@@ -82,3 +83,22 @@ def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model, tmp
     assert targets["cube_still_error_px_h30"] == objects["still_error"][horizon - 1]
     one_step = objects["one_step"]  # each frame drawn from the real past: counted where the cube moved
     assert one_step["steps"] >= 0 and one_step["min_step_px"] == 0.7
+    curves = figures["curves"]
+    assert curves["idm_error_generated_referee"] == curves["idm_error_generated"]
+    assert targets["idm_error_ratio_h30_referee"] == targets["idm_error_ratio_h30"]
+
+
+def test_a_referee_idm_of_another_frame_size_is_refused(push_and_model, tmp_path):
+    root, model = push_and_model
+    dit = VideoDiTConfig(image_size=16, patch_size=8, width=32, depth=1, heads=2, context_frames=2)
+    WorldModel(WorldModelConfig(dit=dit, idm=InverseDynamicsConfig(channels=8))).save_pretrained(
+        tmp_path / "r"
+    )
+    cfg = FidelityBenchmarkConfig(
+        model_path=str(model),
+        dataset=DatasetConfig(root=str(root), held_out_fraction=0.5),
+        eval=EvalConfig(context=2, horizon=2, max_windows=1, stride=2),
+        referee_idm=str(tmp_path / "r"),
+    )
+    with pytest.raises(SystemExit, match="at 16 px; the model draws"):
+        run_benchmark(cfg)

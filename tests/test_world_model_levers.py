@@ -8,6 +8,7 @@ import torch
 from test_world_model_steps import SIZE, tiny_model
 
 from worldloop.world_model.configuration_world_model import WorldModelConfig
+from worldloop.world_model.idm import InverseDynamicsConfig
 from worldloop.world_model.sampler import SamplerConfig, sample
 
 
@@ -59,11 +60,37 @@ def test_the_self_rollout_loss_joins_the_training_loss_only_when_asked():
     # the same weights and draws up to the rollout: the difference is the weighted rollout loss
     torch.testing.assert_close(with_rollout - loss, torch.tensor(0.5 * logs["loss/self_rollout"]))
     with_rollout.backward()
-    assert logs["loss/self_rollout"] > 0
+    assert logs["loss/self_rollout"] > 0 and "loss/drawn_idm" not in logs
     with pytest.raises(ValueError, match="more than 6 frames"):
         tiny_model(self_rollout_frames=6).compute_loss(frames, actions)
     with pytest.raises(ValueError, match="self_rollout_grad_frames"):
         WorldModelConfig(self_rollout_frames=2, self_rollout_grad_frames=3).validate()
+
+
+def test_the_drawn_idm_loss_moves_the_drawing_and_never_the_idm():
+    model = tiny_model(self_rollout_frames=3, self_rollout_grad_frames=2, self_rollout_idm_weight=0.5).train()
+    frames, actions = _window()
+    torch.manual_seed(7)
+    total, logs = model.compute_loss(frames, actions)
+    assert logs["loss/drawn_idm"] > 0
+    _, x, a = model.encode_window(frames, actions)
+    torch.manual_seed(1)
+    drawn = model.self_rollout(x, a)
+    loss = model.drawn_idm_loss(x, a, drawn)
+    # the IDM's error on the two frames with gradient, each read with the one before it (the first drawn one)
+    seq = torch.cat(drawn, 1)
+    expected = torch.nn.functional.mse_loss(
+        model.idm(seq[:, :-1].flatten(0, 1), seq[:, 1:].flatten(0, 1)), a[:, 3:5].flatten(0, 1)
+    )
+    torch.testing.assert_close(loss, expected)
+    model.zero_grad()
+    loss.backward()
+    assert all(p.grad is None for p in model.idm.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.dit.parameters())
+    with pytest.raises(ValueError, match="no autoencoder.path and idm.use_state=false"):
+        WorldModelConfig(
+            self_rollout_frames=2, self_rollout_idm_weight=1.0, idm=InverseDynamicsConfig(use_state=True)
+        ).validate()
 
 
 def _moving_dot_window(t=4):

@@ -61,6 +61,13 @@ class WorldModelConfig:
     self_rollout_frames: int = 0
     self_rollout_grad_frames: int = 1
     self_rollout_weight: float = 1.0
+    # > 0: the model's own inverse dynamics model, frozen for this term, reads each pair of self-rollout frames
+    # that carries gradient (with the frame before the first) and its error against the commanded actions
+    # (MSE, normalised actions) is added with this weight: the drawn motion is pushed toward one that shows
+    # its action, not only toward the real frame's pixels, whose loss barely notices an arm drawn a pixel
+    # short. Pixel frames only (no autoencoder: the gradient goes through the drawn pixels). Score such a
+    # model's action following with an IDM it did not train against (world_model_fidelity --referee_idm).
+    self_rollout_idm_weight: float = 0.0
     # Motion-weighted frame losses (`motion_loss_weight` = w > 0): the pixels of a target frame that differ
     # from the real frame before it (by more than `motion_threshold` in some channel of the encoded frame,
     # grown by one pixel each way) weigh 1 + w in the diffusion and self-rollout losses, the rest 1; each
@@ -140,6 +147,15 @@ class WorldModelConfig:
             raise ValueError(
                 f"self_rollout_frames={self.self_rollout_frames} and self_rollout_weight="
                 f"{self.self_rollout_weight} must be >= 0"
+            )
+        if self.self_rollout_idm_weight < 0:
+            raise ValueError(f"self_rollout_idm_weight={self.self_rollout_idm_weight} must be >= 0")
+        if self.self_rollout_idm_weight > 0 and (
+            not self.self_rollout_frames or self.autoencoder.path or self.idm.use_state
+        ):
+            raise ValueError(
+                f"self_rollout_idm_weight={self.self_rollout_idm_weight} reads the self-rollout's drawn pixels "
+                "with the IDM: it needs self_rollout_frames > 0, no autoencoder.path and idm.use_state=false"
             )
         if self.self_rollout_frames and not 1 <= self.self_rollout_grad_frames <= self.self_rollout_frames:
             raise ValueError(

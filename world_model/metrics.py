@@ -182,6 +182,22 @@ def imagine_next_frames(
     return torch.cat(frames)
 
 
+def action_following(
+    idm_model, windows: HeldOutWindows, context: int, gen_frames: torch.Tensor
+) -> tuple[list[float], list[float]]:
+    """Action following per horizon step: the mean absolute error of `idm_model`'s inverse dynamics on (frame
+    h-1, frame h) against the action commanded between them, on the drawn frames and on the real ones. The IDM
+    may be another model's (a referee the drawing was never trained against)."""
+    total = windows.frames.shape[1]
+    first = windows.frames[:, context - 1 : context].float()
+    commanded = windows.actions[:, context - 1 : total - 1]
+    errors = []
+    for frames in (gen_frames, windows.frames[:, context:].float()):
+        inferred = idm_model.infer_actions(torch.cat([first, frames], 1))
+        errors.append((inferred - commanded).abs().mean((0, 2)).tolist())
+    return errors[0], errors[1]
+
+
 def rollout_fidelity(
     model,
     windows: HeldOutWindows,
@@ -219,13 +235,7 @@ def rollout_fidelity(
         out["moving_psnr_copy_last"].append(masked_psnr(last[:, h], real[:, h], mask))
         out["moving_fraction"].append(float(mask.float().mean()))
 
-    # Action following: IDM on (frame h-1, frame h) vs the action commanded between them.
-    first = windows.frames[:, context - 1 : context].float()
-    commanded = windows.actions[:, context - 1 : total - 1]
-    idm_gen = model.infer_actions(torch.cat([first, gen_frames], 1))
-    idm_real = model.infer_actions(torch.cat([first, real], 1))
-    out["idm_error_generated"] = (idm_gen - commanded).abs().mean((0, 2)).tolist()
-    out["idm_error_real"] = (idm_real - commanded).abs().mean((0, 2)).tolist()
+    out["idm_error_generated"], out["idm_error_real"] = action_following(model, windows, context, gen_frames)
 
     if rewards is not None:  # the heads' verdicts on generated frames (absent: `imagine` had no states)
         real_reward = windows.reward[:, context - 1 : total - 1].float()

@@ -334,7 +334,8 @@ class WorldModel(nn.Module):
         Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
         compute_conditioners, compute_model_output, motion_weights, diffusion_loss (through
         wrap_model_output), outcome_heads_loss (with outcomes), object_state_loss (with
-        object_state_weight), self_rollout_loss (with self_rollout_frames), idm_loss.
+        object_state_weight), self_rollout_loss (with self_rollout_frames), drawn_idm_loss (with
+        self_rollout_idm_weight), idm_loss.
         """
         cfg = self.cfg
         if cfg.object_state_weight > 0 and environment_state is None:
@@ -362,9 +363,14 @@ class WorldModel(nn.Module):
             loss = loss + cfg.head_loss_weight * head_loss
             logs["loss/heads"] = head_loss.item()
         if cfg.self_rollout_frames > 0:
-            rollout_loss = self.self_rollout_loss(x, a, weights)
+            drawn = self.self_rollout(x, a)
+            rollout_loss = self.self_rollout_loss(x, drawn, weights)
             loss = loss + cfg.self_rollout_weight * rollout_loss
             logs["loss/self_rollout"] = rollout_loss.item()
+            if cfg.self_rollout_idm_weight > 0:
+                drawn_idm_loss = self.drawn_idm_loss(x, a, drawn)
+                loss = loss + cfg.self_rollout_idm_weight * drawn_idm_loss
+                logs["loss/drawn_idm"] = drawn_idm_loss.item()
         idm_loss = self.idm_loss(pixels, a, state)
         logs["loss/idm"] = idm_loss.item()
         loss = loss + cfg.idm_loss_weight * idm_loss
@@ -457,15 +463,31 @@ class WorldModel(nn.Module):
         return frames
 
     def self_rollout_loss(
-        self, x: torch.Tensor, a: torch.Tensor, weights: torch.Tensor | None = None
+        self, x: torch.Tensor, drawn: list[torch.Tensor], weights: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """MSE of the self-rollout's frames that carry gradient against the real ones (x [B, T, ...] encoded,
-        a [B, T, A] normalised), weighted by `weights` [B, T-1, ...] (`motion_weights`) when given."""
-        frames = self.self_rollout(x, a)
+        """MSE of the self-rollout's frames that carry gradient (`drawn`, what `self_rollout` returned) against
+        the real ones (x [B, T, ...] encoded), weighted by `weights` [B, T-1, ...] (`motion_weights`) when
+        given."""
         m = self.cfg.self_rollout_grad_frames
         return self.frame_loss(
-            torch.cat(frames[-m:], 1), x[:, x.shape[1] - m :], None if weights is None else weights[:, -m:]
+            torch.cat(drawn[-m:], 1), x[:, x.shape[1] - m :], None if weights is None else weights[:, -m:]
         )
+
+    def drawn_idm_loss(self, x: torch.Tensor, a: torch.Tensor, drawn: list[torch.Tensor]) -> torch.Tensor:
+        """The IDM's action error on the self-rollout's frames that carry gradient (`drawn`, pixels), each
+        read with the frame before it (drawn, or the last real one), against the normalised actions a [B, T, A]
+        that were commanded between them. The IDM's weights are detached here: this term moves the drawing
+        toward frames that show their action, never the IDM toward frames that are drawn (it learns from real
+        frames only, `idm_loss`)."""
+        m, k = self.cfg.self_rollout_grad_frames, len(drawn)
+        t_len = x.shape[1]
+        before = drawn[-m - 1] if k > m else x[:, t_len - m - 1 : t_len - m]
+        seq = torch.cat([before, *drawn[-m:]], 1)  # [B, m + 1, V, 3, H, W]
+        frozen = {name: p.detach() for name, p in self.idm.named_parameters()}
+        pred = torch.func.functional_call(
+            self.idm, frozen, (seq[:, :-1].flatten(0, 1), seq[:, 1:].flatten(0, 1))
+        )
+        return F.mse_loss(pred, a[:, t_len - m - 1 : t_len - 1].flatten(0, 1))
 
     def motion_weights(self, x: torch.Tensor) -> torch.Tensor | None:
         """Loss weights [B, T-1, V, 1, h, w] of frames 1..T-1 of an encoded window x [B, T, V, C, h, w]:
