@@ -53,12 +53,14 @@ FIGURES: dict[str, tuple[str, str, int | None]] = {
     "cube_step_slope": ("targets_issue24", "cube_one_step_slope", None),
     # cube_found@30 over the windows where the real cube moves at least 4 px (where a lost cube costs r)
     "cube_found_moving@30": ("targets_issue24", "cube_found_rate_moving_h30", None),
+    # idm_ratio@30 read by a referee IDM (world_model_fidelity --referee_idm), where the scoring had one
+    "idm_ratio_referee@30": ("targets_issue24", "idm_error_ratio_h30_referee", None),
     # 1.0 where the drawn frames beat copying the last frame at every horizon 1..30, else 0.0
     "ssim_above_copy_last": ("targets_issue24", "ssim_above_copy_last_every_h", None),
     "psnr_above_copy_last": ("targets_issue24", "psnr_above_copy_last_every_h", None),
 }
 COPY_LAST = ["ssim_above_copy_last", "psnr_above_copy_last"]
-OPTIONAL = {"cube_still_error@30", "cube_step_slope", "cube_found_moving@30"}
+OPTIONAL = {"cube_still_error@30", "cube_step_slope", "cube_found_moving@30", "idm_ratio_referee@30"}
 
 
 @dataclass

@@ -78,6 +78,9 @@ class WorldModelSeedsConfig:
     keep_lower: list[str] = field(default_factory=list)
     max_rise: dict[str, float] = field(default_factory=dict)  # '--max_rise={idm_ratio@30: 0.2}'
     max_drop: dict[str, float] = field(default_factory=dict)  # '--max_drop={cube_r: 0.05}'
+    # A pretrained_model dir whose IDM every scoring also reads action following with (figure
+    # idm_ratio_referee@30): for a candidate trained against its own IDM (model.self_rollout_idm_weight).
+    referee_idm: str = ""
     jobs: int = 1  # stages run this many at a time, OMP_NUM_THREADS = cores // jobs each
     force: bool = False  # redo stages whose outputs exist
 
@@ -128,6 +131,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     still run."""
     # Absolute, so that whether a stage is done does not depend on where the pipeline was started.
     models, data = (Path(p) if Path(p).is_absolute() else REPO / p for p in (cfg.models, cfg.data_root))
+    referee = [f"--referee_idm={(REPO / cfg.referee_idm).resolve()}"] if cfg.referee_idm else []
     threads = max(1, (os.cpu_count() or 1) // cfg.jobs)
     launcher = [sys.executable] if cfg.jobs == 1 else ["env", f"OMP_NUM_THREADS={threads}", sys.executable]
     record = Stage(
@@ -166,6 +170,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
                 f"--model_path={models / model / 'pretrained_model'}",
                 f"--dataset.root={data}",
                 *FIDELITY_ARGS,
+                *referee,
                 f"--name=world_model_fidelity_{model}",
             ],  # fmt: skip
             REPO / fidelity_json(model),
@@ -189,10 +194,10 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
         trainings += [train(m, (f"train {first_phase_name(first)}",), [*recipe, *extra])
                       for m, extra in zip(pair, (cfg.baseline, cfg.candidate))]  # fmt: skip
         scores += [score(m) for m in pair]
-    if stale := [m for st in trainings if (m := trained_otherwise(st))]:
+    if stale := [m for st in (*trainings, *scores) if (m := trained_otherwise(st))]:
         raise SystemExit(
-            "models trained otherwise than these stages would train them (they are not overwritten: move them "
-            "away to train them anew, or give --models=<another folder>):\n  " + "\n  ".join(stale)
+            "models trained, or scored, otherwise than these stages would (they are not overwritten: move them "
+            "away to redo them, or give --models=<another folder>):\n  " + "\n  ".join(stale)
         )
     # Scorings listed after every training: with jobs > 1 a free core takes a training first (the long pole), and
     # the minutes-long scorings fill in at the end.
@@ -201,10 +206,10 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
 
 
 def trained_otherwise(stage: Stage) -> str:
-    """For a training stage whose model exists: how the overrides it was trained with (its training.json's
-    command; the last of a repeated key wins, `--output_dir` and `--resume` aside) differ from the stage's, as
-    `<model>: --key=<was> -> <now>, ...`; "" where they match or the model does not exist yet. A recipe that
-    changed since a model was trained would otherwise be compared by that model, since a stage whose output
+    """For a training or scoring stage whose output exists: how the overrides it ran with (the command in its
+    training.json or result JSON; the last of a repeated key wins, `--output_dir` and `--resume` aside) differ
+    from the stage's, as `<output>: --key=<was> -> <now>, ...`; "" where they match or nothing exists yet. A recipe
+    (or a scoring) that changed since would otherwise be compared by the old output, since a stage whose output
     exists is skipped."""
     if not stage.done_marker.is_file():
         return ""

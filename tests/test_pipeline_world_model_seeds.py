@@ -154,6 +154,25 @@ def test_a_model_trained_otherwise_than_its_stage_stops_the_run_and_is_kept(tmp_
     assert record.is_file()
 
 
+def test_with_a_referee_every_scoring_reads_it_and_one_scored_without_stops_the_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cfg = _cfg(tmp_path, seeds=[3], first_phase_seeds=[0], referee_idm=str(tmp_path / "ref"))
+    scores = [st for st in stages(cfg, Path(cfg.root)) if st.name.startswith("score ")]
+    assert len(scores) == 2
+    for st in scores:
+        assert parse_cli(FidelityBenchmarkConfig, st.args).referee_idm == str(tmp_path / "ref")
+    # the baseline's result exists from a scoring without the referee: named, and left as it is
+    monkeypatch.setattr("worldloop.pipelines.world_model_seeds.REPO", tmp_path)  # results under tmp_path
+    plain = _cfg(tmp_path, seeds=[3], first_phase_seeds=[0])
+    old = next(st for st in stages(plain, Path(plain.root)) if st.name == "score push_s3_sr")
+    old.done_marker.parent.mkdir(parents=True, exist_ok=True)
+    old.done_marker.write_text(json.dumps({"command": shlex.join(["python", old.script, *old.args])}))
+    assert stages(plain, Path(plain.root))  # scored as its stage would score it: no complaint
+    with pytest.raises(SystemExit, match=r"world_model_fidelity_push_s3_sr.json: --referee_idm=<unset> -> "):
+        stages(cfg, Path(cfg.root))
+    assert old.done_marker.is_file()
+
+
 # Writes, when it ends, the time it started.
 SLEEPS = "import pathlib, sys, time\nt = time.time()\ntime.sleep(1.0)\npathlib.Path(sys.argv[1]).write_text(str(t))\n"
 
