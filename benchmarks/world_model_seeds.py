@@ -122,7 +122,9 @@ def read_figures(path: str | Path) -> tuple[dict[str, float], tuple[int, str]]:
         out[name] = float(value[index] if index is not None else value)  # a bool becomes 1.0 / 0.0
     command = result.get("command") or ""
     roots = [a.split("=", 1)[1] for a in shlex.split(command) if a.startswith("--dataset.root=")]
-    return out, (int(figures.get("windows", 0)), roots[-1] if roots else "")
+    # a root given relative to the repository (where the benchmarks run) and the same root given absolute are one
+    root = str((Path(__file__).resolve().parents[1] / roots[-1]).resolve()) if roots else ""
+    return out, (int(figures.get("windows", 0)), root)
 
 
 def compare(

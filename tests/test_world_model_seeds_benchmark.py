@@ -6,6 +6,7 @@ import json
 import sys
 
 import pytest
+from command_fixtures import ROOT
 
 import benchmarks._common
 from benchmarks.world_model_seeds import FIGURES, SeedComparisonConfig, compare, main, read_figures
@@ -119,6 +120,9 @@ def test_bad_inputs_name_the_file_or_field(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["world_model_seeds.py", f"--baseline=[{a}]", f"--candidate=[{c}]"])
     with pytest.raises(ValueError, match=r"different datasets .*reach_wm': \['[^]]*c.json'\]"):
         main()
+    # The same root given relative to the repository and absolute is one dataset.
+    whole = fidelity_result(tmp_path / "d.json", 0.8, 8.0, root=str(ROOT / "outputs/data/push_wm"))
+    assert read_figures(whole)[1] == read_figures(a)[1] == (64, str(ROOT / "outputs/data/push_wm"))
 
 
 def test_main_writes_the_comparison(tmp_path, monkeypatch):
