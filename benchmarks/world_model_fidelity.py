@@ -288,11 +288,9 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     if figures["training"] is not None:
         print_table(figures["training"]["phases"], f"training ({figures['training']['minutes']:.1f} min)")
 
-    t0 = time.perf_counter()
-    imagined = imagine(model, windows, ctx, steps=steps, seed=cfg.seed)
-    curves = rollout_fidelity(model, windows, ctx, imagined)
-    if cfg.referee_idm:
-        referee = WorldModel.from_pretrained(cfg.referee_idm)
+    # Loaded and checked before the rollouts, so a referee that cannot read these frames fails at once.
+    referee = WorldModel.from_pretrained(cfg.referee_idm) if cfg.referee_idm else None
+    if referee is not None:
         if (referee.cfg.frame_size, list(referee.cfg.cameras)) != (
             model.cfg.frame_size,
             list(model.cfg.cameras),
@@ -301,6 +299,10 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
                 f"--referee_idm={cfg.referee_idm} reads {list(referee.cfg.cameras)} at {referee.cfg.frame_size} px; "
                 f"the model draws {list(model.cfg.cameras)} at {model.cfg.frame_size} px: they must match"
             )
+    t0 = time.perf_counter()
+    imagined = imagine(model, windows, ctx, steps=steps, seed=cfg.seed)
+    curves = rollout_fidelity(model, windows, ctx, imagined)
+    if referee is not None:
         curves["idm_error_generated_referee"], curves["idm_error_real_referee"] = action_following(
             referee, windows, ctx, imagined[0]
         )
