@@ -14,7 +14,9 @@ with and without the KV cache. The result names the judge (the outcome heads' in
 The video's share: `--observe=[drawn,first_frame,sim]` ranks once per mode, the policy observing the drawn
 frames, the start frame held (the judge still reads the drawn frames), or the simulator itself (the same
 judge reading the sim's frames: its upper bound); `--seeds=[0,1,2]` once per seed. The runs are printed and
-saved side by side under `runs`.
+saved side by side under `runs`. Where the policy acted in imagination, its imagined actions are also played
+in the sim (`error_split`): the imagined verdicts ranked against what those actions did there (the world and
+the judge) and what they did ranked against the policy's own sim run (the policy on drawn frames).
 """
 
 from __future__ import annotations
@@ -312,6 +314,8 @@ def main() -> None:
         "disagreements": result["disagreements"],  # policies whose two 95% intervals do not overlap
         "success_threshold": result["success_threshold"],
         "threshold_sweep": result["threshold_sweep"],
+        # the imagined actions played in the sim: how much of the error is the world and judge, how much the policy
+        "error_split": result.get("error_split"),
         "episodes_per_policy": cfg.episodes,
         "imagination_seconds": result["imagination_seconds"],
         "sim_seconds": result["sim_seconds"],
@@ -407,6 +411,22 @@ def targets_met(ranking: dict) -> dict[str, bool]:
     }
 
 
+def error_split_row(result: dict) -> dict:
+    """A run's `error_split` in brief (absent where the policy acted in the sim itself): the ranking of the
+    imagined verdicts against what the imagined actions did in the sim, the judge's per-episode AUROC on those
+    episodes, and the ranking of what the actions did against the policies' own sim runs."""
+    split = result.get("error_split")
+    if split is None:
+        return {}
+    judge_auroc = split["world_and_judge"]["episode_auroc"]
+    return {
+        "world_and_judge_pearson": split["world_and_judge"]["pearson"],
+        "closed_loop_judge_auroc": judge_auroc["value"] if judge_auroc else None,
+        "policy_on_drawn_pearson": split["policy_on_drawn_frames"]["pearson"],
+        "error_split": split,
+    }
+
+
 def observe_ablation(runs: list[tuple]) -> list[dict]:
     """Every (observe, seed) ranking side by side, with bootstrap intervals; printed and returned."""
     rows = []
@@ -414,9 +434,12 @@ def observe_ablation(runs: list[tuple]) -> list[dict]:
         r, ci = result["ranking"], result["ranking_ci95"]
         rows.append({"observe": mode, "seed": seed, **{k: r[k] for k in ("pearson", "spearman", "mmrv")},
                      **{f"{k}_ci95": [ci[k]["low"], ci[k]["high"]] for k in ("pearson", "spearman", "mmrv")},
-                     "max_abs_gap": r["max_abs_gap"], "met": targets_met(r)})  # fmt: skip
+                     "max_abs_gap": r["max_abs_gap"], "met": targets_met(r), **error_split_row(result)})  # fmt: skip
     print_table(
-        [{k: v for k, v in row.items() if not k.endswith("_ci95") and k != "met"} for row in rows],
+        [
+            {k: v for k, v in row.items() if not k.endswith("_ci95") and k not in ("met", "error_split")}
+            for row in rows
+        ],
         title="\nthe video's share: ranking by what the policy observed (sim = the judge's upper bound)",
     )
     return rows

@@ -16,7 +16,13 @@ from worldloop.rl_finetune.imagination.evaluation import (
     evaluate_in_imagination,
     side_by_side,
 )
-from worldloop.rl_finetune.imagination.policy_ranking import fold_cli_args, rank_policies, short_names
+from worldloop.rl_finetune.imagination.policy_ranking import (
+    fold_cli_args,
+    imagination_error_split,
+    imagined_actions_in_sim,
+    rank_policies,
+    short_names,
+)
 from worldloop.rl_finetune.policy_rl.finetune import (
     FinetuneEvalConfig,
     FinetunePolicyConfig,
@@ -134,6 +140,11 @@ def test_rank_against_sim_from_the_same_starts(tmp_path, saved_models):
     env.close()
     assert by_state == pytest.approx(np.mean(expected))
     assert result["rows"][0]["imagined_by_state"] == by_state
+    # The same actions played in the sim; the split of the ranking's error is there with them.
+    in_sim = record["imagination"]["actions_in_sim"]
+    assert len(in_sim["per_episode"]) == 3 and result["rows"][0]["actions_in_sim"] == in_sim["success_rate"]
+    assert in_sim["sim_steps"] <= sum(e["length"] for e in record["imagination"]["per_episode"])
+    assert set(result["error_split"]) == {"actions_in_sim", "world_and_judge", "policy_on_drawn_frames"}
 
 
 def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_models):
@@ -415,3 +426,73 @@ def test_short_names_keep_the_names_of_policies_linked_into_a_zoo(tmp_path):
         "flow_300",
         "pusher",
     ]
+
+
+def _expert_push_episode(seed: int, skill: float) -> dict:
+    """A scripted expert's push episode from the sim reset with `seed`, as an imagined episode's record."""
+    from worldloop.sim.experts import ExpertConfig, ScriptedExpert
+
+    env = TabletopEnv(TabletopEnvConfig(task="push", cameras=()))
+    env.reset(seed=seed)
+    expert = ScriptedExpert(env, ExpertConfig(skill=skill), seed=seed)
+    expert.reset(seed=seed)
+    actions, success = [], False
+    for _ in range(env.config.max_steps):
+        actions.append(expert.act().tolist())
+        _, _, terminated, truncated, info = env.step(np.asarray(actions[-1]))
+        success = success or bool(info["success"])
+        if terminated or truncated:
+            break
+    env.close()
+    return {"actions": actions, "length": len(actions), "success": success}
+
+
+def test_imagined_actions_in_sim_say_what_those_actions_do_to_the_cube():
+    sim_cfg = SimEvalConfig(task="push")
+    episodes = [_expert_push_episode(seed, skill=1.0) for seed in (7, 8)]
+    assert all(e["success"] for e in episodes)  # the expert pushes the cube home from these resets
+    held = [{**e, "actions": [e["actions"][0]] * e["length"]} for e in episodes]  # the arm barely moves
+    cut = [{**e, "length": 3} for e in episodes]  # the imagined episode ended (judged a success) at step 3
+    assert imagined_actions_in_sim(episodes, sim_cfg, seed=7)["per_episode"] == [True, True]
+    assert imagined_actions_in_sim(held, sim_cfg, seed=7)["per_episode"] == [False, False]
+    assert imagined_actions_in_sim(cut, sim_cfg, seed=7) == {
+        "success_rate": 0.0,
+        "per_episode": [False, False],
+        "sim_steps": 6,
+    }
+    # Another reset puts the cube elsewhere: the same actions no longer push it home.
+    assert imagined_actions_in_sim(episodes[:1], sim_cfg, seed=100)["per_episode"] == [False]
+
+
+def test_imagination_error_split_tells_the_world_from_the_policy():
+    def record(imagined, probs, replayed, sim):
+        return {
+            "imagination": {
+                "success_rate": float(np.mean(imagined)),
+                "per_episode": [{"success": s, "max_success_prob": p} for s, p in zip(imagined, probs)],
+                "actions_in_sim": {"success_rate": float(np.mean(replayed)), "per_episode": replayed},
+            },
+            "sim": {"success_rate": float(np.mean(sim)), "per_episode": [{"success": s} for s in sim]},
+        }
+
+    # The policy acts in imagination as in the sim (replayed = sim), but the judge calls it the other way round.
+    records = {
+        "weak": record(
+            [True, True, True, False],
+            [0.9, 0.9, 0.8, 0.1],
+            [False, False, False, True],
+            [False, False, False, True],
+        ),
+        "strong": record(
+            [False, False, False, True],
+            [0.1, 0.2, 0.1, 0.9],
+            [True, True, True, False],
+            [True, True, True, False],
+        ),
+    }
+    split = imagination_error_split(records)
+    assert split["actions_in_sim"] == [0.25, 0.75]
+    assert split["policy_on_drawn_frames"]["pearson"] == pytest.approx(1.0)
+    assert split["world_and_judge"]["pearson"] == pytest.approx(-1.0)
+    assert split["world_and_judge"]["episode_agreement"] == 0.0
+    assert split["world_and_judge"]["episode_auroc"]["value"] == 0.0

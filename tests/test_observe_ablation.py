@@ -32,6 +32,9 @@ def test_observe_modes_rank_side_by_side(tmp_path, monkeypatch):
     assert figures["scatter_png"].endswith("imagined_vs_sim_by_observe.png")
     assert Path(figures["scatter_png"]).stat().st_size > 1000
     assert set(figures["runs"][0]["met"]) == {"pearson", "spearman", "mmrv", "gap"}
+    # the imagined actions played in the sim split the error where the policy acted in imagination, not in sim
+    assert [("error_split" in r) for r in figures["runs"]] == [True, True, False]
+    assert figures["error_split"]["actions_in_sim"] == figures["runs"][0]["error_split"]["actions_in_sim"]
     for mode in ("drawn", "first_frame", "sim"):
         saved = json.loads((tmp_path / "out" / f"observe_{mode}_seed100000" / "ranking.json").read_text())
         assert saved["summary"]["judge"]["observe"] == mode

@@ -20,6 +20,7 @@ import numpy as np
 from worldloop.common.checkpoint import atomic_write_text, save_json
 from worldloop.common.config import ConfigError
 from worldloop.common.run_record import print_table
+from worldloop.common.stats import auroc_ci
 from worldloop.rl_finetune.imagination.evaluation import (
     ImaginationEvalConfig,
     evaluate_in_imagination,
@@ -128,6 +129,7 @@ def evaluate_one(
             imagined["success_rate_by_state"] = success_by_imagined_states(
                 imagined["per_episode"], sim_cfg, seed
             )
+            imagined["actions_in_sim"] = imagined_actions_in_sim(imagined["per_episode"], sim_cfg, seed)
         _write_side_by_side(simulated, clips, output_dir, env.embodiment.fps)
     return record
 
@@ -148,6 +150,31 @@ def success_by_imagined_states(per_episode: list[dict], sim_cfg: SimEvalConfig, 
     if sim_cfg.task != "reach":
         return None
     return float(np.mean([steps.any() for steps in reached_along_imagined_paths(per_episode, sim_cfg, seed)]))
+
+
+def imagined_actions_in_sim(per_episode: list[dict], sim_cfg: SimEvalConfig, seed: int) -> dict:
+    """The imagined episodes' own actions (their first `length` steps; starts: sim resets with seeds seed..)
+    played in the simulator, which renders nothing: {"success_rate", "per_episode" (bool each), "sim_steps"}.
+    Next to the imagined verdict and the policy's own sim run it splits an imagination error in two: the
+    world drew or the judge read the actions' outcome wrong (imagined vs these), or the policy acted
+    otherwise on drawn frames than on real ones (these vs the sim run). Unlike `success_by_imagined_states`
+    it holds where the objects move (push): the physics says where the actions leave the cube."""
+    env = TabletopEnv(sim_cfg.env_config(image_size=64, cameras=()))
+    verdicts, steps = [], 0
+    try:
+        for i, episode in enumerate(per_episode):
+            env.reset(seed=seed + i)
+            success = False
+            for action in episode["actions"][: episode["length"]]:
+                _, _, terminated, truncated, info = env.step(np.asarray(action, dtype=np.float32))
+                steps += 1
+                success = success or bool(info["success"])
+                if terminated or truncated:
+                    break
+            verdicts.append(success)
+    finally:
+        env.close()
+    return {"success_rate": float(np.mean(verdicts)), "per_episode": verdicts, "sim_steps": steps}
 
 
 def reached_along_imagined_paths(
@@ -198,6 +225,7 @@ def _row(name: str, rec: dict) -> dict:
                 "gap": im["success_rate"] - sim["success_rate"],
                 "intervals": "disjoint" if rec["disagreement"] else "overlap",
                 "imagined_by_state": im.get("success_rate_by_state"),
+                "actions_in_sim": im["actions_in_sim"]["success_rate"] if "actions_in_sim" in im else None,
                 "sim_s": sim["seconds"],
             }
         )
@@ -296,8 +324,40 @@ def rank_policies(
         plot_scatter([("", rows, report)], output_dir / "imagined_vs_sim.png")
         result["success_threshold"] = env.success_threshold
         result["threshold_sweep"] = threshold_sweep(records, env.success_threshold)
+        if im_cfg.observe != "sim":
+            result["error_split"] = imagination_error_split(records)
     save_json({"summary": result, "policies": records}, output_dir / "ranking.json")
     return result
+
+
+def imagination_error_split(records: dict) -> dict:
+    """Where imagination's ranking goes wrong, from each policy's imagined actions played in the sim
+    (`imagined_actions_in_sim`): `world_and_judge` ranks the imagined verdicts against what those very actions
+    did (the drawn outcome and its reading; with the judge's per-episode AUROC on them, pooled over the
+    policies), `policy_on_drawn_frames` ranks what the actions did against the policy's own sim run (the
+    policy acting otherwise on drawn frames than on real ones). Each ranking with bootstrap 95% intervals."""
+    imagined, replayed, sim, probs = [], [], [], []
+    for rec in records.values():
+        im = rec["imagination"]
+        imagined.append([e["success"] for e in im["per_episode"]])
+        replayed.append(im["actions_in_sim"]["per_episode"])
+        sim.append([e["success"] for e in rec["sim"]["per_episode"]])
+        probs += [e["max_success_prob"] for e in im["per_episode"]]
+    rate = [float(np.mean(x)) for x in replayed]
+    judged, actual = np.concatenate(imagined).astype(bool), np.concatenate(replayed).astype(bool)
+    return {
+        "actions_in_sim": rate,
+        "world_and_judge": {
+            **ranking_report([float(np.mean(x)) for x in imagined], rate),
+            "ci95": ranking_cis(imagined, replayed),
+            "episode_auroc": auroc_ci(probs, actual),
+            "episode_agreement": float(np.mean(judged == actual)),
+        },
+        "policy_on_drawn_frames": {
+            **ranking_report(rate, [float(np.mean(x)) for x in sim]),
+            "ci95": ranking_cis(replayed, sim),
+        },
+    }
 
 
 def threshold_sweep(records: dict, run_threshold: float) -> list[dict]:
