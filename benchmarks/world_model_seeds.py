@@ -24,7 +24,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Where the benchmarks run: a relative path in a recorded command is from here.
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
@@ -123,7 +125,7 @@ def read_figures(path: str | Path) -> tuple[dict[str, float], tuple[int, str]]:
     command = result.get("command") or ""
     roots = [a.split("=", 1)[1] for a in shlex.split(command) if a.startswith("--dataset.root=")]
     # a root given relative to the repository (where the benchmarks run) and the same root given absolute are one
-    root = str((Path(__file__).resolve().parents[1] / roots[-1]).resolve()) if roots else ""
+    root = str((REPO / roots[-1]).resolve()) if roots else ""
     return out, (int(figures.get("windows", 0)), root)
 
 
