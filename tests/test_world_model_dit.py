@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from worldloop.world_model import flow
 from worldloop.world_model.configuration_world_model import WorldModelConfig
@@ -430,54 +429,3 @@ def test_warped_residual_starts_as_the_previous_frame_and_can_move_it():
     out, _ = dit(x, prev, a, valid, t, torch.arange(2))
     torch.testing.assert_close(out[..., 1:], prev[..., :-1])
     torch.testing.assert_close(out[..., 0], prev[..., 0])  # the border repeats
-
-
-def test_flow_conv_starts_as_the_plain_warp_then_scales_and_shifts_the_displacement_per_pixel():
-    """dit.flow_conv_channels: zero-initialised, the output is the plain warp's; its gain doubles the tokens'
-    displacement, its correction adds to it, and a pixel-dependent gain reaches only the pixels it names."""
-    plain = VideoDiT(dit_config(warp_previous_frame=True, output_conv_channels=0))
-    dit = VideoDiT(dit_config(warp_previous_frame=True, output_conv_channels=0, flow_conv_channels=4))
-    dit.load_state_dict(plain.state_dict(), strict=False)
-    prev = torch.zeros(1, 1, 1, 3, SIZE, SIZE)
-    prev[..., 6:10, 6:10] = 1.0
-    with torch.no_grad():
-        for m in (plain, dit):
-            m.final.bias.view(-1, 5)[:, 3] = -0.5  # the tokens' displacement: half a pixel to the left
-    tokens, cond = torch.zeros(1, dit.cfg.frame_len, dit.cfg.width), torch.zeros(1, 1, dit.cfg.width)
-    out = dit.eval().output(tokens, cond, prev, None)
-    torch.testing.assert_close(out, plain.eval().output(tokens, cond, prev, None))
-    flow = torch.zeros(1, 2, SIZE, SIZE)
-    flow[:, 0] = -1.0
-    conv = dit.flow_refine[-1]
-    with torch.no_grad():
-        conv.bias.copy_(torch.tensor([1.0, 0.0, 0.0]))  # gain 1 + 1: one whole pixel
-    torch.testing.assert_close(dit.output(tokens, cond, prev, None)[0, 0, 0], warp(prev[0, 0], flow)[0])
-    with torch.no_grad():
-        conv.bias.copy_(torch.tensor([0.0, -0.5, 1.0]))  # plus half a pixel left and one up
-    flow[:, 1] = 1.0
-    torch.testing.assert_close(dit.output(tokens, cond, prev, None)[0, 0, 0], warp(prev[0, 0], flow)[0])
-    # A gain read from the frame: the bright square's pixels alone move twice as far.
-    with torch.no_grad():
-        conv.bias.zero_()
-        dit.flow_refine[0].weight.zero_()
-        dit.flow_refine[0].bias.zero_()
-        dit.flow_refine[0].weight[0, 0, 1, 1] = 1.0  # the first hidden channel is the red channel
-        dit.flow_refine[2].weight.zero_()
-        dit.flow_refine[2].bias.zero_()
-        dit.flow_refine[2].weight[0, 0, 1, 1] = 1.0
-        conv.weight[0, 0, 1, 1] = 1.0 / F.silu(F.silu(torch.tensor(1.0)))  # -> gain 1 where red is 1
-    gain = dit.displacement(prev, torch.full((1, 1, 1, 2, SIZE, SIZE), -0.5))[0, 0, 0, 0]
-    torch.testing.assert_close(gain[6:10, 6:10], torch.full((4, 4), -1.0))
-    torch.testing.assert_close(gain[:4, :4], torch.full((4, 4), -0.5))
-
-
-def test_flow_conv_learns_from_the_loss_and_needs_the_warp():
-    dit = randomise(VideoDiT(dit_config(warp_previous_frame=True, flow_conv_channels=4))).train()
-    x, prev, a, valid, t = dit_inputs(1, 2)
-    out, _ = dit(x, prev, a, valid, t, torch.arange(2))
-    out.square().mean().backward()
-    assert dit.flow_refine[0].weight.grad.abs().sum() > 0
-    with pytest.raises(ValueError, match="dit.flow_conv_channels.*warp_previous_frame"):
-        dit_config(flow_conv_channels=4).validate()
-    with pytest.raises(ValueError, match="dit.flow_conv_channels=-1"):
-        dit_config(warp_previous_frame=True, flow_conv_channels=-1).validate()

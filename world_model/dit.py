@@ -76,12 +76,6 @@ class VideoDiTConfig:
     # The read while the module trains (the teacher-forced pass and the self-rollout phase); "" reads as
     # `warp_read`. In eval mode, as every rollout and benchmark runs, `warp_read` is used.
     train_warp_read: str = ""
-    # A small full-resolution convolution (this many channels; 0 disables it) reads the previous frame and the
-    # warp's displacement and gives each pixel a gain on that displacement and an additive correction. A patch
-    # token's displacement is one linear map of its features onto all of its pixels: a ~5-pixel pushed cube
-    # inside a 16-pixel patch of still table gets a displacement blended with the table's. Its last layer
-    # starts at zero, so a model fine-tuned with it starts as the one it came from.
-    flow_conv_channels: int = 0
     # A small full-resolution convolution on the output and the previous frame (0 disables it): it removes
     # patch seams and, as the tokens cannot, cleans pixel-level errors carried in through the residual.
     output_conv_channels: int = 32
@@ -120,14 +114,6 @@ class VideoDiTConfig:
                 raise ValueError(f"dit.{key}={read!r}; expected one of {WARP_READS}")
             if read != "bilinear" and not self.warp_previous_frame:
                 raise ValueError(f"dit.{key}={read!r} reads the warp: it needs dit.warp_previous_frame")
-        if self.flow_conv_channels < 0:
-            raise ValueError(
-                f"dit.flow_conv_channels={self.flow_conv_channels}: expected >= 0 (0 disables it)"
-            )
-        if self.flow_conv_channels and not self.warp_previous_frame:
-            raise ValueError(
-                "dit.flow_conv_channels corrects the warp's displacement: it needs dit.warp_previous_frame"
-            )
         if self.context_frames < 1:
             raise ValueError(f"dit.context_frames={self.context_frames} must be >= 1")
         if self.previous_frames < 1:
@@ -278,18 +264,6 @@ class VideoDiT(nn.Module):
         for layer in (self.final_ada, self.final):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
-        self.flow_refine = None
-        if cfg.flow_conv_channels:
-            h = cfg.flow_conv_channels
-            self.flow_refine = nn.Sequential(
-                nn.Conv2d(cfg.channels + 2, h, 3, padding=1),
-                nn.SiLU(),
-                nn.Conv2d(h, h, 3, padding=1),
-                nn.SiLU(),
-                nn.Conv2d(h, 3, 3, padding=1),  # the gain, then the correction's x, y
-            )
-            nn.init.zeros_(self.flow_refine[-1].weight)
-            nn.init.zeros_(self.flow_refine[-1].bias)
         self.refine = self.refine_film = None
         if cfg.output_conv_channels:
             c, h = cfg.channels, cfg.output_conv_channels
@@ -399,23 +373,13 @@ class VideoDiT(nn.Module):
             base = prev[:, :, :, :c] if base is None else base[:, base.shape[1] - n :]
             if cfg.warp_previous_frame:
                 read = cfg.train_warp_read or cfg.warp_read if self.training else cfg.warp_read
-                base = warp(base, self.displacement(base, out[:, :, :, c:]), read)
+                base = warp(base, out[:, :, :, c:], read)
                 out = out[:, :, :, :c]
             out = out + base
         if self.refine is not None:
             both = torch.cat([out, prev], 3) if cfg.condition_on_previous_frame else out
             out = out + self.refine_output(both, cond).view_as(out)
         return out
-
-    def displacement(self, base: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
-        """The warp's displacement [B, n, V, 2, H, W] (pixels) of the frames base [B, n, V, C, H, W] from the
-        tokens' own, flow: as it is, or (flow_conv_channels) times 1 + a per-pixel gain, plus a per-pixel
-        correction, both read by the convolution from the frame and the tokens' displacement."""
-        if self.flow_refine is None:
-            return flow
-        x = torch.cat([base, flow], 3).flatten(0, 2)
-        gain, shift = self.flow_refine(x.contiguous(memory_format=torch.channels_last)).split((1, 2), 1)
-        return flow * (1 + gain.contiguous().view_as(flow[:, :, :, :1])) + shift.contiguous().view_as(flow)
 
     def refine_output(self, frames: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """The output convolution's correction for frames [B, F, V, C', H, W] (output, and previous frame when
