@@ -9,7 +9,6 @@ from test_world_model_steps import SIZE, tiny_model
 
 from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
-from worldloop.world_model.model import gaussian_blur
 from worldloop.world_model.sampler import SamplerConfig, sample
 
 
@@ -92,52 +91,6 @@ def test_the_drawn_idm_loss_moves_the_drawing_and_never_the_idm():
         WorldModelConfig(
             self_rollout_frames=2, self_rollout_idm_weight=1.0, idm=InverseDynamicsConfig(use_state=True)
         ).validate()
-
-
-def _square(x0: int, size: int = 32) -> torch.Tensor:
-    frame = torch.zeros(1, 3, size, size)
-    frame[..., 12:18, x0 : x0 + 6] = 1.0
-    return frame
-
-
-def test_the_blurred_loss_of_a_shifted_square_grows_like_the_square_of_the_shift():
-    """A 6-pixel square drawn 1, 2, 3 pixels off: the plain MSE grows in proportion to the shift (the mismatched
-    edge columns), the blurred one (sigma 2) about as its square; a still image stays as it is."""
-    true = _square(10)
-    plain = [torch.nn.functional.mse_loss(_square(10 + d), true) for d in (1, 2, 3)]
-    blurred = [
-        torch.nn.functional.mse_loss(gaussian_blur(_square(10 + d), 2.0), gaussian_blur(true, 2.0))
-        for d in (1, 2, 3)
-    ]
-    torch.testing.assert_close(plain[1] / plain[0], torch.tensor(2.0))
-    torch.testing.assert_close(plain[2] / plain[0], torch.tensor(3.0))
-    assert 3.3 < blurred[1] / blurred[0] < 4.1 and 6.5 < blurred[2] / blurred[0] < 9.1
-    flat = torch.full((2, 1, 3, 8, 8), 0.25)
-    torch.testing.assert_close(gaussian_blur(flat, 1.5), flat)
-    assert gaussian_blur(true, 2.0).sum().item() == pytest.approx(true.sum().item(), rel=1e-5)
-
-
-def test_the_blurred_loss_adds_to_the_self_rollout_loss_only_when_asked():
-    frames, actions = _window()
-    plain = tiny_model(self_rollout_frames=2, self_rollout_grad_frames=2).train()
-    model = tiny_model(
-        self_rollout_frames=2, self_rollout_grad_frames=2, blur_loss_weight=3.0, blur_loss_sigma=1.0
-    )
-    model.load_state_dict(plain.state_dict())
-    _, x, a = plain.encode_window(frames, actions)
-    torch.manual_seed(5)
-    drawn = plain.self_rollout(x, a)
-    extra = torch.nn.functional.mse_loss(
-        gaussian_blur(torch.cat(drawn, 1), 1.0), gaussian_blur(x[:, -2:], 1.0)
-    )
-    torch.testing.assert_close(
-        model.train().self_rollout_loss(x, drawn), plain.self_rollout_loss(x, drawn) + 3.0 * extra
-    )
-    assert extra > 0
-    with pytest.raises(ValueError, match="blur_loss_weight=1.0 adds to the self-rollout loss"):
-        WorldModelConfig(blur_loss_weight=1.0).validate()
-    with pytest.raises(ValueError, match="blur_loss_sigma=0"):
-        WorldModelConfig(self_rollout_frames=2, blur_loss_weight=1.0, blur_loss_sigma=0).validate()
 
 
 def _moving_dot_window(t=4):

@@ -68,13 +68,6 @@ class WorldModelConfig:
     # short. Pixel frames only (no autoencoder: the gradient goes through the drawn pixels). Score such a
     # model's action following with an IDM it did not train against (world_model_fidelity --referee_idm).
     self_rollout_idm_weight: float = 0.0
-    # > 0: the self-rollout loss also takes this weight times the MSE of its drawn and real frames both blurred
-    # by a Gaussian of `blur_loss_sigma` pixels (stride 1). A hard-edged object drawn d pixels off costs the
-    # plain MSE about |d| (the mismatched edge pixels) once d passes a pixel, which asks for the median move:
-    # where a push's contact is uncertain, "it stays" wins and the shortfall piles up over a rollout. Blurred,
-    # the cost is about d^2 for shifts up to ~sigma, which asks for the mean move.
-    blur_loss_weight: float = 0.0
-    blur_loss_sigma: float = 2.0
     # Motion-weighted frame losses (`motion_loss_weight` = w > 0): the pixels of a target frame that differ
     # from the real frame before it (by more than `motion_threshold` in some channel of the encoded frame,
     # grown by one pixel each way) weigh 1 + w in the diffusion and self-rollout losses, the rest 1; each
@@ -168,16 +161,6 @@ class WorldModelConfig:
             raise ValueError(
                 f"self_rollout_grad_frames={self.self_rollout_grad_frames} must lie in "
                 f"[1, self_rollout_frames={self.self_rollout_frames}]"
-            )
-        if self.blur_loss_weight < 0 or self.blur_loss_sigma <= 0:
-            raise ValueError(
-                f"blur_loss_weight={self.blur_loss_weight} must be >= 0 and blur_loss_sigma="
-                f"{self.blur_loss_sigma} > 0"
-            )
-        if self.blur_loss_weight > 0 and not self.self_rollout_frames:
-            raise ValueError(
-                f"blur_loss_weight={self.blur_loss_weight} adds to the self-rollout loss: it needs "
-                "self_rollout_frames > 0"
             )
         if self.motion_loss_weight < 0 or self.motion_threshold < 0:
             raise ValueError(

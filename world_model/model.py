@@ -91,20 +91,6 @@ class RolloutContext:
         return torch.tensor([self.next_index], device=self.last.device)
 
 
-def gaussian_blur(frames: torch.Tensor, sigma: float) -> torch.Tensor:
-    """frames [..., C, H, W] blurred by a Gaussian of `sigma` pixels (separable, radius ceil(2 sigma), stride 1,
-    edges repeated); the same shape."""
-    radius = max(1, int(np.ceil(2 * sigma)))
-    taps = torch.arange(-radius, radius + 1, device=frames.device, dtype=frames.dtype)
-    kernel = torch.exp(-0.5 * (taps / sigma) ** 2)
-    kernel = kernel / kernel.sum()
-    lead, (c, h, w) = frames.shape[:-3], frames.shape[-3:]
-    x = frames.reshape(-1, 1, h, w)
-    x = F.conv2d(F.pad(x, (radius, radius, 0, 0), mode="replicate"), kernel.view(1, 1, 1, -1))
-    x = F.conv2d(F.pad(x, (0, 0, radius, radius), mode="replicate"), kernel.view(1, 1, -1, 1))
-    return x.view(*lead, c, h, w)
-
-
 def moved_pixels(previous: torch.Tensor, current: torch.Tensor, threshold: float) -> torch.Tensor:
     """[..., C, h, w] twice -> [..., 1, h, w] float, 1 where some channel changed by more than `threshold`,
     grown by one pixel each way (a mover's soft edge counts as moving), else 0."""
@@ -481,15 +467,11 @@ class WorldModel(nn.Module):
     ) -> torch.Tensor:
         """MSE of the self-rollout's frames that carry gradient (`drawn`, what `self_rollout` returned) against
         the real ones (x [B, T, ...] encoded), weighted by `weights` [B, T-1, ...] (`motion_weights`) when
-        given; with `blur_loss_weight`, plus that weight times the MSE of both blurred (`gaussian_blur`)."""
-        cfg = self.cfg
-        m = cfg.self_rollout_grad_frames
-        pred, target = torch.cat(drawn[-m:], 1), x[:, x.shape[1] - m :]
-        loss = self.frame_loss(pred, target, None if weights is None else weights[:, -m:])
-        if cfg.blur_loss_weight > 0:
-            blurred = gaussian_blur(torch.cat([pred, target]), cfg.blur_loss_sigma)
-            loss = loss + cfg.blur_loss_weight * F.mse_loss(*blurred.chunk(2))
-        return loss
+        given."""
+        m = self.cfg.self_rollout_grad_frames
+        return self.frame_loss(
+            torch.cat(drawn[-m:], 1), x[:, x.shape[1] - m :], None if weights is None else weights[:, -m:]
+        )
 
     def drawn_idm_loss(self, x: torch.Tensor, a: torch.Tensor, drawn: list[torch.Tensor]) -> torch.Tensor:
         """The IDM's action error on the self-rollout's frames that carry gradient (`drawn`, pixels), each
