@@ -21,6 +21,7 @@ def tiny_world_model(
     context_frames: int = 2,
     heads_use_state: bool = False,
     heads_use_first_frame: bool = False,
+    heads_use_frame: bool = True,
 ) -> WorldModel:
     torch.manual_seed(seed)
     dit = VideoDiTConfig(
@@ -33,7 +34,9 @@ def tiny_world_model(
         context_frames=context_frames,
         output_conv_channels=8,
     )
-    heads = OutcomeHeadsConfig(use_state=heads_use_state, use_first_frame=heads_use_first_frame)
+    heads = OutcomeHeadsConfig(
+        use_state=heads_use_state, use_first_frame=heads_use_first_frame, use_frame=heads_use_frame
+    )
     wm = WorldModel(WorldModelConfig(dit=dit, cameras=cameras, heads=heads))
     # Zero-initialised output layers would draw a constant grey frame: give them weights so frames depend
     # on the noise, the context and the actions.

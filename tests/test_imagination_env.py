@@ -261,11 +261,15 @@ def test_observe_first_frame_holds_the_start_frame_while_the_model_draws_on():
         WorldModelEnv(wm, WorldModelEnvConfig(observe="video"))
 
 
-@pytest.mark.parametrize("first_frame", [False, True])
-def test_judge_configured_for_frames_never_reads_the_first_frame(first_frame):
-    env = WorldModelEnv(tiny_world_model(heads_use_first_frame=first_frame), WorldModelEnvConfig(horizon=4))
+@pytest.mark.parametrize(
+    "first_frame, frame, kind",
+    [(False, True, "drawn_frames"), (True, True, "drawn_and_first_frame"), (True, False, "kinematic")],
+)
+def test_judge_configured_for_frames_never_reads_the_first_frame(first_frame, frame, kind):
+    wm = tiny_world_model(heads_use_first_frame=first_frame, heads_use_frame=frame)
+    env = WorldModelEnv(wm, WorldModelEnvConfig(horizon=4))
     judge = env.judge()
-    assert judge["kind"] == ("kinematic" if first_frame else "drawn_frames")
+    assert judge["kind"] == kind and judge["reads_drawn_frame"] is frame
     assert judge["reads_first_frame"] is first_frame and judge["success_threshold"] > 0
     env.reset(random_starts(2), seed=0)
     # Poison the first-frame path after reset: a judge that reads it returns NaN, one that does not is unmoved.

@@ -112,7 +112,7 @@ def test_rank_against_sim_from_the_same_starts(tmp_path, saved_models):
     assert set(result["ranking"]) >= {"pearson", "spearman", "mmrv"}
     for name, ci in result["ranking_ci95"].items():
         assert ci["value"] == pytest.approx(result["ranking"][name], nan_ok=True) and ci["n_boot"] == 2000
-    assert result["judge"]["kind"] in ("drawn_frames", "kinematic")
+    assert result["judge"]["kind"] in ("drawn_frames", "drawn_and_first_frame", "kinematic")
     assert (tmp_path / "rank" / "imagined_vs_sim.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "rank" / "ranking.json").read_text())
     record = saved["policies"]["policy_0"]

@@ -274,12 +274,14 @@ class WorldModelEnv:
 
     def judge(self) -> dict:
         """What decides success and progress here, for every result to name: the outcome heads' inputs and
-        the threshold. kind "kinematic" when the heads read the real first frame (with the integrated joint
-        states): the drawn frames then do not decide the verdict. kind "drawn_frames" when they read only
-        the frames the world model draws (and the joint state)."""
+        the threshold. kind "kinematic" when the heads read the real first frame and not the drawn ones (with
+        the integrated joint states): the drawn frames then do not decide the verdict. "drawn_frames" when they
+        read only the frames the world model draws (and the joint state); "drawn_and_first_frame" when they
+        read both."""
         heads = self.world_model.cfg.heads
+        kind = "drawn_frames" if heads.use_frame else "kinematic"
         return {
-            "kind": "kinematic" if heads.use_first_frame else "drawn_frames",
+            "kind": "drawn_and_first_frame" if heads.use_frame and heads.use_first_frame else kind,
             "reads_drawn_frame": heads.use_frame,
             "reads_first_frame": heads.use_first_frame,
             "reads_state": heads.use_state,
