@@ -279,9 +279,12 @@ class WorldModelEnv:
         read only the frames the world model draws (and the joint state); "drawn_and_first_frame" when they
         read both."""
         heads = self.world_model.cfg.heads
-        kind = "drawn_frames" if heads.use_frame else "kinematic"
+        if not heads.use_frame:
+            kind = "kinematic"
+        else:
+            kind = "drawn_and_first_frame" if heads.use_first_frame else "drawn_frames"
         return {
-            "kind": "drawn_and_first_frame" if heads.use_frame and heads.use_first_frame else kind,
+            "kind": kind,
             "reads_drawn_frame": heads.use_frame,
             "reads_first_frame": heads.use_first_frame,
             "reads_state": heads.use_state,
