@@ -13,7 +13,8 @@ Measures, with the real actions unless said otherwise:
   the simulator's position projected into the camera: error in pixels per horizon step, and drawn vs true
   displacement over the horizon on windows where the cube moves at least `min_move_px`, the error of a cube
   left where it started beside it, and (`one_step`) each frame drawn one step from the real past: the drawn
-  move's slope on the true one where the cube moves at least `min_step_px` (does the model move it at all);
+  move's slope on the true one where the cube moves at least `min_step_px` (does the model move it at all), and
+  the drawn cube's pixels over the real one's there (below 1: drawn faded or blended between two places);
 - post-training signal: `group_size` rollouts per start state with different noise, the spread (std) of
   their clip-fidelity rewards (rl_finetune/wm_posttrain/rollout_stability.py), averaged over start states;
 - sampler steps 1, 2, 4, 8, 16, 50: SSIM at horizon 10 and imagined frames/s at batch 1 and 16;
@@ -461,6 +462,7 @@ def issue24_targets(curves: dict, figures: dict, horizon: int) -> dict:
         out["cube_still_error_px_h30"] = objects["still_error"][last]  # a cube drawn where it started
         if "one_step" in objects:
             out["cube_one_step_slope"] = objects["one_step"]["slope"]
+            out["cube_one_step_area_ratio"] = objects["one_step"]["area_ratio"]
         # A cube the model does not draw has no error to average: a lost cube fails the position target.
         out["cube_error_at_most_2px_h10"] = out["cube_error_px_h10"] <= 2 and objects["found_rate"][h10] > 0.9
         out["cube_error_at_most_4px_h30"] = out["cube_error_px_h30"] <= 4 and out["cube_found_rate_h30"] > 0.9

@@ -53,6 +53,8 @@ FIGURES: dict[str, tuple[str, str, int | None]] = {
     # leaves out what a file lacks
     "cube_still_error@30": ("targets_issue24", "cube_still_error_px_h30", None),
     "cube_step_slope": ("targets_issue24", "cube_one_step_slope", None),
+    # since 2026-12-02: the drawn cube's pixels over the real one's on those one-step moves
+    "cube_step_area": ("targets_issue24", "cube_one_step_area_ratio", None),
     # cube_found@30 over the windows where the real cube moves at least 4 px (where a lost cube costs r)
     "cube_found_moving@30": ("targets_issue24", "cube_found_rate_moving_h30", None),
     # idm_ratio@30 read by a referee IDM (world_model_fidelity --referee_idm), where the scoring had one

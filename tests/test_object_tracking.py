@@ -93,6 +93,12 @@ def test_one_step_motion_scores_a_copy_at_zero_and_the_truth_at_one():
     exact = one_step_motion(real, previous, truth, start, [red, red])
     assert exact["slope"] == pytest.approx(1.0) and exact["r"] == pytest.approx(1.0)
     assert exact["steps"] == 6  # the 2 still steps are below min_step
+    assert exact["area_ratio"] == pytest.approx(1.0)
+    # A blend of "stayed" and "moved" (a conditional mean) matches only where the two squares overlap: that core
+    # sits halfway, so the tracker reads half the move, and the drawn square is smaller than the real one.
+    blended = one_step_motion(0.5 * previous + 0.5 * real, previous, truth, start, [red, red])
+    assert blended["slope"] == pytest.approx(0.5)
+    assert blended["area_ratio"] == pytest.approx((2 / 3 + 1 / 3 + 2 / 3 + 2 / 3) / 4)
     copied = one_step_motion(previous, previous, truth, start, [red, red])
     assert copied["slope"] == pytest.approx(0.0) and copied["steps"] == 6
     lagging = object_fidelity(previous, real, truth, start, [red, red])  # drawn one step behind the truth

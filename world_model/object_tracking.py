@@ -82,6 +82,15 @@ def locate_each(frames: torch.Tensor, colours: list[tuple[float, float, float]])
     return xy
 
 
+def pixels_each(frames: torch.Tensor, colours: list[tuple[float, float, float]]) -> torch.Tensor:
+    """Like `locate_each`, but the number of pixels [N, H] of each window's object colour."""
+    count = torch.zeros(frames.shape[:2])
+    for colour in sorted(set(map(tuple, colours))):
+        rows = torch.tensor([tuple(c) == colour for c in colours])
+        count[rows] = ColourTracker(colour).mask(frames[rows]).sum((-2, -1)).float().cpu()
+    return count
+
+
 def _check_windows(name, drawn, real, truth, start, colours) -> None:
     n, horizon = drawn.shape[:2]
     if real.shape != drawn.shape or tuple(truth.shape) != (n, horizon, 2) or tuple(start.shape) != (n, 2):
@@ -108,7 +117,9 @@ def one_step_motion(
     `object_fidelity`. On steps where the object truly moves at least `min_step` px and shows in both
     frames: `slope` of the drawn move (drawn position minus the tracked previous one) on the true move,
     through the origin (1: moves it as far as the sim, 0: leaves it where it was), `r` (Pearson, x and y
-    pooled), `tracker_r` (the same r for the real frame: the tracker's own ceiling) and `steps`."""
+    pooled), `tracker_r` (the same r for the real frame: the tracker's own ceiling), `area_ratio` (the drawn
+    object's pixels over the real frame's, mean over those steps: below 1 where the model draws a faded or blended
+    object, whose matching core sits between where it was and where it went) and `steps`."""
     _check_windows("one_step_motion", drawn, previous, truth, start, colours)
     before = locate_each(previous, colours)
     drawn_move = locate_each(drawn, colours) - before
@@ -118,14 +129,25 @@ def one_step_motion(
     real_pick = pick & ~torch.isnan(real_after[..., 0])
     if pick.sum() < 3:
         nan = float("nan")
-        return {"slope": nan, "r": nan, "tracker_r": nan, "steps": int(pick.sum()), "min_step_px": min_step}
+        return {
+            "slope": nan,
+            "r": nan,
+            "tracker_r": nan,
+            "area_ratio": nan,
+            "steps": int(pick.sum()),
+            "min_step_px": min_step,
+        }
     d, t = drawn_move[pick], true_move[pick]
+    real_pixels = pixels_each(previous, colours)[:, 1:]  # previous[k + 1] is the real frame k
+    area_pick = real_pick[:, :-1] & (real_pixels > 0)
+    area = pixels_each(drawn, colours)[:, :-1][area_pick] / real_pixels[area_pick]
     return {
         "slope": float((d * t).sum() / t.pow(2).sum()),
         "r": _pearson(d.flatten(), t.flatten()),
         "tracker_r": _pearson(real_after[real_pick].flatten(), true_move[real_pick].flatten())
         if real_pick.sum() >= 3
         else float("nan"),
+        "area_ratio": float(area.mean()) if len(area) else float("nan"),
         "steps": int(pick.sum()),
         "min_step_px": min_step,
     }
