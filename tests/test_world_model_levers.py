@@ -67,36 +67,6 @@ def test_the_self_rollout_loss_joins_the_training_loss_only_when_asked():
         WorldModelConfig(self_rollout_frames=2, self_rollout_grad_frames=3).validate()
 
 
-def test_the_energy_score_prefers_draws_that_cover_the_outcomes_to_their_blend():
-    """Where the real frame is +1 or -1 (the cube caught or not), two draws at +1 and -1 score better than two
-    draws of the blend 0 under the energy score, and worse under the MSE: the MSE's minimiser is the mean."""
-    model = tiny_model(self_rollout_frames=1, self_rollout_grad_frames=1)
-    shape = (2, 1, 3, SIZE, SIZE)  # rows 0 and 1 are one window drawn twice (paired_windows' layout)
-    blend = [torch.zeros(shape)]
-    cover = [torch.cat([torch.ones(shape[1:])[None], -torch.ones(shape[1:])[None]])]
-    for outcome in (1.0, -1.0):
-        x = torch.cat([torch.zeros(shape), torch.full(shape, outcome)], 1)  # [2, T=2, 3, h, w]
-        assert model.self_rollout_energy_loss(x, cover) == pytest.approx(0.0, abs=1e-3)
-        assert model.self_rollout_energy_loss(x, blend) == pytest.approx(1.0, abs=1e-3)
-        assert model.self_rollout_loss(x, cover) > model.self_rollout_loss(x, blend)
-
-
-def test_the_energy_self_rollout_draws_half_the_batch_twice_and_trains():
-    frames, actions = _window(b=4)
-    model = tiny_model(self_rollout_frames=2, self_rollout_grad_frames=2, self_rollout_loss="energy").train()
-    _, x, a = model.encode_window(frames, actions)
-    x2, a2, w2 = model.paired_windows(x, a, None)
-    assert x2.shape[0] == 4 and torch.equal(x2[2:], x[:2]) and torch.equal(a2[:2], a[:2]) and w2 is None
-    loss, logs = model.compute_loss(frames, actions)
-    loss.backward()
-    assert "loss/self_rollout" in logs
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.dit.parameters())
-    with pytest.raises(ValueError, match="at least 2 windows"):
-        model.compute_loss(frames[:1], actions[:1])
-    with pytest.raises(ValueError, match="self_rollout_loss"):
-        WorldModelConfig(self_rollout_loss="l1").validate()
-
-
 def test_the_drawn_idm_loss_moves_the_drawing_and_never_the_idm():
     model = tiny_model(self_rollout_frames=3, self_rollout_grad_frames=2, self_rollout_idm_weight=0.5).train()
     frames, actions = _window()

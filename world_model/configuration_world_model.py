@@ -61,15 +61,6 @@ class WorldModelConfig:
     self_rollout_frames: int = 0
     self_rollout_grad_frames: int = 1
     self_rollout_weight: float = 1.0
-    # mse | energy. `mse`: the drawn frames' MSE against the real ones; its minimiser is their mean, so where
-    # the future is uncertain (does the arm catch the cube?) the model learns to draw a blend of the outcomes,
-    # and samples barely differ. `energy`: the first half of each batch's windows is drawn twice (other noise;
-    # the phase's cost is unchanged) and the loss is the energy score, the mean distance of the two draws to the
-    # real frames minus half their distance to each other (distance: the motion-weighted root mean square over
-    # the frames that carry gradient). A proper scoring rule: its minimiser is the real frames' distribution,
-    # not their mean. Its gradient is about that of the MSE times 1 / (2 x the RMS error), so its weight is
-    # set near 2 x that error.
-    self_rollout_loss: str = "mse"
     # > 0: the model's own inverse dynamics model, frozen for this term, reads each pair of self-rollout frames
     # that carries gradient (with the frame before the first) and its error against the commanded actions
     # (MSE, normalised actions) is added with this weight: the drawn motion is pushed toward one that shows
@@ -157,8 +148,6 @@ class WorldModelConfig:
                 f"self_rollout_frames={self.self_rollout_frames} and self_rollout_weight="
                 f"{self.self_rollout_weight} must be >= 0"
             )
-        if self.self_rollout_loss not in ("mse", "energy"):
-            raise ValueError(f"self_rollout_loss={self.self_rollout_loss!r} must be 'mse' or 'energy'")
         if self.self_rollout_idm_weight < 0:
             raise ValueError(f"self_rollout_idm_weight={self.self_rollout_idm_weight} must be >= 0")
         if self.self_rollout_idm_weight > 0 and (

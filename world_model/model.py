@@ -334,8 +334,7 @@ class WorldModel(nn.Module):
         Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
         compute_conditioners, compute_model_output, motion_weights, diffusion_loss (through
         wrap_model_output), outcome_heads_loss (with outcomes), object_state_loss (with
-        object_state_weight), self_rollout_loss or, with self_rollout_loss `energy`, paired_windows and
-        self_rollout_energy_loss (with self_rollout_frames), drawn_idm_loss (with
+        object_state_weight), self_rollout_loss (with self_rollout_frames), drawn_idm_loss (with
         self_rollout_idm_weight), idm_loss.
         """
         cfg = self.cfg
@@ -364,18 +363,12 @@ class WorldModel(nn.Module):
             loss = loss + cfg.head_loss_weight * head_loss
             logs["loss/heads"] = head_loss.item()
         if cfg.self_rollout_frames > 0:
-            x_sr, a_sr, w_sr = x, a, weights
-            if cfg.self_rollout_loss == "energy":
-                x_sr, a_sr, w_sr = self.paired_windows(x, a, weights)
-            drawn = self.self_rollout(x_sr, a_sr)
-            if cfg.self_rollout_loss == "energy":
-                rollout_loss = self.self_rollout_energy_loss(x_sr, drawn, w_sr)
-            else:
-                rollout_loss = self.self_rollout_loss(x_sr, drawn, w_sr)
+            drawn = self.self_rollout(x, a)
+            rollout_loss = self.self_rollout_loss(x, drawn, weights)
             loss = loss + cfg.self_rollout_weight * rollout_loss
             logs["loss/self_rollout"] = rollout_loss.item()
             if cfg.self_rollout_idm_weight > 0:
-                drawn_idm_loss = self.drawn_idm_loss(x_sr, a_sr, drawn)
+                drawn_idm_loss = self.drawn_idm_loss(x, a, drawn)
                 loss = loss + cfg.self_rollout_idm_weight * drawn_idm_loss
                 logs["loss/drawn_idm"] = drawn_idm_loss.item()
         idm_loss = self.idm_loss(pixels, a, state)
@@ -479,45 +472,6 @@ class WorldModel(nn.Module):
         return self.frame_loss(
             torch.cat(drawn[-m:], 1), x[:, x.shape[1] - m :], None if weights is None else weights[:, -m:]
         )
-
-    @staticmethod
-    def paired_windows(
-        x: torch.Tensor, a: torch.Tensor, weights: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The first half (h = B // 2) of a batch's encoded windows x [B, T, ...], actions a and motion weights,
-        each twice: rows i and h + i are the same window, to be drawn with other noise (`self_rollout_energy_loss`)."""
-        h = x.shape[0] // 2
-        if h < 1:
-            raise ValueError(
-                f"self_rollout_loss='energy' draws half of a batch's windows twice: it needs a batch of at least "
-                f"2 windows, got {x.shape[0]} (train.batch_size)"
-            )
-
-        def twice(t):
-            return None if t is None else torch.cat([t[:h], t[:h]])
-
-        return twice(x), twice(a), twice(weights)
-
-    def self_rollout_energy_loss(
-        self, x: torch.Tensor, drawn: list[torch.Tensor], weights: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """The energy score of the self-rollout's frames that carry gradient, drawn twice per window (rows i and
-        h + i of x [2h, T, ...] are one window, as `paired_windows` lays them out): per window, the mean of the
-        two draws' distances to the real frames minus half the distance between the draws, averaged over
-        windows. Distance: the root mean square of the difference over those frames' values, weighted by
-        `weights` [2h, T-1, ...] (`motion_weights`) when given (divided by their mean, as `frame_loss`)."""
-        m = self.cfg.self_rollout_grad_frames
-        pred = torch.cat(drawn[-m:], 1)
-        target = x[:, x.shape[1] - m :]
-        w = torch.ones_like(pred) if weights is None else weights[:, -m:].expand_as(pred)
-        h = pred.shape[0] // 2
-
-        def distance(p, q, w):
-            return ((w * (p - q).square()).flatten(1).mean(1) / w.flatten(1).mean(1) + 1e-8).sqrt()
-
-        to_real = distance(pred, target, w)
-        between = distance(pred[:h], pred[h:], w[:h])
-        return (0.5 * (to_real[:h] + to_real[h:]) - 0.5 * between).mean()
 
     def drawn_idm_loss(self, x: torch.Tensor, a: torch.Tensor, drawn: list[torch.Tensor]) -> torch.Tensor:
         """The IDM's action error on the self-rollout's frames that carry gradient (`drawn`, pixels), each
