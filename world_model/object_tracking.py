@@ -54,6 +54,11 @@ class ColourTracker:
     def locate(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Frames [..., 3, H, W] in [0, 1] -> positions [..., 2] (x, y) in pixels (NaN where not visible) and
         visible [...] bool."""
+        xy, count = self.locate_and_count(frames)
+        return xy, count >= self.min_pixels
+
+    def locate_and_count(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like `locate`, but with the number of the object's pixels [...] (float) instead of `visible`."""
         mask = self.mask(frames).float()
         h, w = mask.shape[-2:]
         count = mask.sum((-2, -1))
@@ -61,9 +66,9 @@ class ColourTracker:
         xs = torch.arange(w, dtype=torch.float32, device=mask.device) + 0.5
         x = (mask * xs).sum((-2, -1)) / count.clamp_min(1)
         y = (mask * ys[:, None]).sum((-2, -1)) / count.clamp_min(1)
-        visible = count >= self.min_pixels
         xy = torch.stack([x, y], -1)
-        return torch.where(visible.unsqueeze(-1), xy, torch.full_like(xy, float("nan"))), visible
+        visible = (count >= self.min_pixels).unsqueeze(-1)
+        return torch.where(visible, xy, torch.full_like(xy, float("nan"))), count
 
 
 def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -72,23 +77,18 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a * b).sum() / denom) if denom > 0 else float("nan")
 
 
-def locate_each(frames: torch.Tensor, colours: list[tuple[float, float, float]]) -> torch.Tensor:
+def locate_each(
+    frames: torch.Tensor, colours: list[tuple[float, float, float]]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Frames [N, H, 3, h, w] in [0, 1] of N windows, window i's object of colour colours[i] -> its
-    positions [N, H, 2] (NaN where not visible)."""
+    positions [N, H, 2] (NaN where not visible) and its number of pixels [N, H]."""
     xy = torch.full((*frames.shape[:2], 2), float("nan"))
-    for colour in sorted(set(map(tuple, colours))):
-        rows = torch.tensor([tuple(c) == colour for c in colours])
-        xy[rows] = ColourTracker(colour).locate(frames[rows])[0].cpu()
-    return xy
-
-
-def pixels_each(frames: torch.Tensor, colours: list[tuple[float, float, float]]) -> torch.Tensor:
-    """Like `locate_each`, but the number of pixels [N, H] of each window's object colour."""
     count = torch.zeros(frames.shape[:2])
     for colour in sorted(set(map(tuple, colours))):
         rows = torch.tensor([tuple(c) == colour for c in colours])
-        count[rows] = ColourTracker(colour).mask(frames[rows]).sum((-2, -1)).float().cpu()
-    return count
+        found, pixels = ColourTracker(colour).locate_and_count(frames[rows])
+        xy[rows], count[rows] = found.cpu(), pixels.cpu()
+    return xy, count
 
 
 def _check_windows(name, drawn, real, truth, start, colours) -> None:
@@ -121,8 +121,9 @@ def one_step_motion(
     object's pixels over the real frame's, mean over those steps: below 1 where the model draws a faded or blended
     object, whose matching core sits between where it was and where it went) and `steps`."""
     _check_windows("one_step_motion", drawn, previous, truth, start, colours)
-    before = locate_each(previous, colours)
-    drawn_move = locate_each(drawn, colours) - before
+    before, before_pixels = locate_each(previous, colours)
+    drawn_xy, drawn_pixels = locate_each(drawn, colours)
+    drawn_move = drawn_xy - before
     true_move = truth - torch.cat([start[:, None], truth[:, :-1]], 1)
     real_after = torch.cat([before[:, 1:], torch.full_like(before[:, :1], float("nan"))], 1) - before
     pick = ~torch.isnan(drawn_move[..., 0]) & (true_move.norm(dim=-1) >= min_step)
@@ -138,9 +139,9 @@ def one_step_motion(
             "min_step_px": min_step,
         }
     d, t = drawn_move[pick], true_move[pick]
-    real_pixels = pixels_each(previous, colours)[:, 1:]  # previous[k + 1] is the real frame k
-    area_pick = real_pick[:, :-1] & (real_pixels > 0)
-    area = pixels_each(drawn, colours)[:, :-1][area_pick] / real_pixels[area_pick]
+    # previous[k + 1] is the real frame k; real_pick has it visible, so at least min_pixels >= 1 of it
+    area_pick = real_pick[:, :-1]
+    area = drawn_pixels[:, :-1][area_pick] / before_pixels[:, 1:][area_pick]
     return {
         "slope": float((d * t).sum() / t.pow(2).sum()),
         "r": _pearson(d.flatten(), t.flatten()),
@@ -178,7 +179,7 @@ def object_fidelity(
     that draws no motion, or copy-last, would score)."""
     _check_windows("object_fidelity", drawn, real, truth, start, colours)
     n, horizon = drawn.shape[:2]
-    drawn_xy, real_xy = locate_each(drawn, colours), locate_each(real, colours)
+    drawn_xy, real_xy = locate_each(drawn, colours)[0], locate_each(real, colours)[0]
     seen = ~torch.isnan(real_xy[..., 0])  # [N, H]: the object shows in the real frame
     found = seen & ~torch.isnan(drawn_xy[..., 0])
     error = (drawn_xy - truth).norm(dim=-1)
