@@ -13,8 +13,10 @@ Measures, with the real actions unless said otherwise:
   the simulator's position projected into the camera: error in pixels per horizon step, and drawn vs true
   displacement over the horizon on windows where the cube moves at least `min_move_px`, the error of a cube
   left where it started beside it, and (`one_step`) each frame drawn one step from the real past: the drawn
-  move's slope on the true one where the cube moves at least `min_step_px` (does the model move it at all), and
-  the drawn cube's pixels over the real one's there (below 1: drawn faded or blended between two places);
+  move's slope on the true one where the cube moves at least `min_step_px` (does the model move it at all),
+  beside the tracker's own slope on the real frames and what continuing the step before's true move scores
+  (the past's own reach), and the drawn cube's pixels over the real one's there (below 1: drawn faded or
+  blended between two places);
 - post-training signal: `group_size` rollouts per start state with different noise, the spread (std) of
   their clip-fidelity rewards (rl_finetune/wm_posttrain/rollout_stability.py), averaged over start states;
 - sampler steps 1, 2, 4, 8, 16, 50: SSIM at horizon 10 and imagined frames/s at batch 1 and 16;

@@ -20,8 +20,9 @@ each as soon as what it reads is done (on 2 cores two single-thread trainings we
 Models: `<models>/push_tf` (first-phase seed 0; `push_s<k>_tf` for seed k), `<models>/push_s<seed>_sr` (the
 recipe) and `push_s<seed>_sr_<name>` (the candidate); results `benchmarks/results/world_model_fidelity_<model>.json`
 and the comparison `benchmarks/results/world_model_seeds_push_<name>.json` (move them to docs/results/ when they
-are logged). A first phase is shared by both arms of its pair and by
-every candidate: only its seed sets it.
+are logged). A first phase is shared by both arms of its pair and by every candidate: only its seed sets it.
+A candidate with `first_phase_candidate` overrides (a first-phase lever) trains its own first phase as well,
+`push_tf_<name>` (`push_s<k>_tf_<name>`), and its second phase starts there; the baseline keeps the shared one.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ FIDELITY_ARGS = (
 class WorldModelSeedsConfig:
     name: str = ""  # the candidate's short name: its models are push_s<seed>_sr_<name>
     candidate: list[str] = field(default_factory=list)  # its second-phase overrides, after the recipe's
+    first_phase_candidate: list[str] = field(default_factory=list)  # its own first phase's overrides, if any
     baseline: list[str] = field(default_factory=list)  # overrides of the baseline arm (usually none)
     seeds: list[int] = field(default_factory=lambda: [3, 4, 5])  # second-phase --train.seed of each pair
     first_phase_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # the first phase of each pair
@@ -87,11 +89,14 @@ class WorldModelSeedsConfig:
     def validate(self) -> None:
         if not self.name or Path(self.name).name != self.name or self.name in ("tf", "sr"):
             raise ConfigError(f"name={self.name!r}: expected a short plain name for the candidate's models")
-        if not self.candidate:
-            raise ConfigError("candidate: the overrides that make the candidate differ from the recipe, e.g. "
-                              "'--candidate=[--model.motion_loss_weight=10]'")  # fmt: skip
-        if bad := [a for a in (*self.candidate, *self.baseline) if not a.startswith("--")]:
-            raise ConfigError(f"candidate / baseline: {bad} are not --key=value overrides")
+        if not self.candidate and not self.first_phase_candidate:
+            raise ConfigError("candidate / first_phase_candidate: the overrides that make the candidate differ from "
+                              "the recipe, e.g. '--candidate=[--model.motion_loss_weight=10]'")  # fmt: skip
+        overrides = (*self.candidate, *self.first_phase_candidate, *self.baseline)
+        if bad := [a for a in overrides if not a.startswith("--")]:
+            raise ConfigError(
+                f"candidate / first_phase_candidate / baseline: {bad} are not --key=value overrides"
+            )
         if not self.seeds or len(self.seeds) != len(self.first_phase_seeds):
             raise ConfigError(
                 f"seeds={self.seeds} and first_phase_seeds={self.first_phase_seeds}: one first phase per seed, "
@@ -109,6 +114,13 @@ class WorldModelSeedsConfig:
 
 def first_phase_name(seed: int) -> str:
     return "push_tf" if seed == 0 else f"push_s{seed}_tf"
+
+
+def first_phase_names(cfg: WorldModelSeedsConfig, seed: int) -> tuple[str, str]:
+    """(baseline, candidate) first phases of first-phase seed `seed`: one shared model unless the candidate has
+    first-phase overrides of its own."""
+    shared = first_phase_name(seed)
+    return shared, f"{shared}_{cfg.name}" if cfg.first_phase_candidate else shared
 
 
 def arm_names(cfg: WorldModelSeedsConfig, seed: int) -> tuple[str, str]:
@@ -183,16 +195,17 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     # The first phase's own evaluation and calibrations are skipped: the second phase calibrates its model, and
     # the weights it starts from are the same either way.
     skip_evals = ["--eval.max_windows=0", "--calibrate_success=false", "--still_windows=0"]
-    trainings = [train(first_phase_name(s), (), [f"--train.seed={s}", *skip_evals])
-                 for s in dict.fromkeys(cfg.first_phase_seeds)]  # fmt: skip
+    trainings = []
+    for s in dict.fromkeys(cfg.first_phase_seeds):
+        names = dict(zip(first_phase_names(cfg, s), ([], cfg.first_phase_candidate)))  # one entry when shared
+        trainings += [train(n, (), [f"--train.seed={s}", *skip_evals, *extra]) for n, extra in names.items()]
     scores = []
     for seed, first in zip(cfg.seeds, cfg.first_phase_seeds):
-        init = models / first_phase_name(first) / "pretrained_model"
-        recipe = [f"--init_from={init}", f"--train.steps={SELF_ROLLOUT_STEPS}", *SELF_ROLLOUT_PHASE_ARGS,
-                  f"--train.seed={seed}"]  # fmt: skip
         pair = arm_names(cfg, seed)
-        trainings += [train(m, (f"train {first_phase_name(first)}",), [*recipe, *extra])
-                      for m, extra in zip(pair, (cfg.baseline, cfg.candidate))]  # fmt: skip
+        for model, start, extra in zip(pair, first_phase_names(cfg, first), (cfg.baseline, cfg.candidate)):
+            recipe = [f"--init_from={models / start / 'pretrained_model'}", f"--train.steps={SELF_ROLLOUT_STEPS}",
+                      *SELF_ROLLOUT_PHASE_ARGS, f"--train.seed={seed}"]  # fmt: skip
+            trainings.append(train(model, (f"train {start}",), [*recipe, *extra]))
         scores += [score(m) for m in pair]
     if stale := [m for st in (*trainings, *scores) if (m := trained_otherwise(st))]:
         raise SystemExit(

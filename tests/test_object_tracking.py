@@ -94,6 +94,10 @@ def test_one_step_motion_scores_a_copy_at_zero_and_the_truth_at_one():
     assert exact["slope"] == pytest.approx(1.0) and exact["r"] == pytest.approx(1.0)
     assert exact["steps"] == 6  # the 2 still steps are below min_step
     assert exact["area_ratio"] == pytest.approx(1.0)
+    assert exact["tracker_slope"] == pytest.approx(1.0)  # the real frames, tracked, move as the truth does
+    # Continuing the step before's true move (1, 0 before the moves of 2, 2 and 1, 1 after the first steps):
+    # (1 * 2 + 0 * 2 + 1 * 1 + 0 * 1) / (4 + 4 + 1 + 1).
+    assert exact["persistence_slope"] == pytest.approx(0.3)
     # A blend of "stayed" and "moved" (a conditional mean) matches only where the two squares overlap: that core
     # sits halfway, so the tracker reads half the move, and the drawn square is smaller than the real one.
     blended = one_step_motion(0.5 * previous + 0.5 * real, previous, truth, start, [red, red])

@@ -33,9 +33,9 @@ MW10 = ["--model.motion_loss_weight=10", "--model.motion_loss_span=window"]
 
 
 def _cfg(tmp_path: Path, **kw) -> WorldModelSeedsConfig:
-    cfg = WorldModelSeedsConfig(name="mw10", candidate=MW10, models=str(tmp_path / "wm"),
-                                data_root=str(tmp_path / "data"), keep_lower=["cube_error@30"],
-                                max_rise={"idm_ratio@30": 0.2}, **kw)  # fmt: skip
+    kw = {"name": "mw10", "candidate": MW10, **kw}
+    cfg = WorldModelSeedsConfig(models=str(tmp_path / "wm"), data_root=str(tmp_path / "data"),
+                                keep_lower=["cube_error@30"], max_rise={"idm_ratio@30": 0.2}, **kw)  # fmt: skip
     cfg.validate()
     return cfg
 
@@ -97,6 +97,31 @@ def test_the_arms_of_a_pair_differ_only_by_the_candidate_and_share_their_first_p
     assert len(needs["compare the arms"]) == 6
 
 
+def test_a_first_phase_candidate_trains_its_own_first_phase_and_its_second_phase_starts_there(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(ROOT)
+    cfg = _cfg(tmp_path, name="tfmw10", seeds=[3, 4], first_phase_seeds=[0, 1], candidate=[],
+               first_phase_candidate=MW10)  # fmt: skip
+    parsed = {s.name: parse_cli(CONFIGS[s.script], s.args) for s in stages(cfg, Path(cfg.root))}
+    firsts = [n for n in parsed if n.startswith("train ") and "_sr" not in n]
+    assert firsts == ["train push_tf", "train push_tf_tfmw10", "train push_s1_tf", "train push_s1_tf_tfmw10"]
+    for shared in ("push_tf", "push_s1_tf"):
+        base, cand = parsed[f"train {shared}"], parsed[f"train {shared}_tfmw10"]
+        assert base.model.motion_loss_weight == 0 and cand.model.motion_loss_weight == 10
+        cand.model.motion_loss_weight, cand.model.motion_loss_span = 0, base.model.motion_loss_span
+        cand.output_dir = base.output_dir
+        assert base == cand  # only the first-phase overrides differ
+    needs = {st.name: st.needs for st in stages(cfg, Path(cfg.root))}
+    for seed, shared in ((3, "push_tf"), (4, "push_s1_tf")):
+        base, cand = parsed[f"train push_s{seed}_sr"], parsed[f"train push_s{seed}_sr_tfmw10"]
+        assert base.init_from == str(tmp_path / "wm" / shared / "pretrained_model")
+        assert cand.init_from == str(tmp_path / "wm" / f"{shared}_tfmw10" / "pretrained_model")
+        assert needs[f"train push_s{seed}_sr_tfmw10"] == ("record push data", f"train {shared}_tfmw10")
+        cand.init_from, cand.output_dir = base.init_from, base.output_dir
+        assert base == cand  # the second phases are the recipe's in both arms
+
+
 def test_a_rule_that_names_an_unknown_figure_stops_before_anything_trains(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     cfg = _cfg(tmp_path, keep_higher=["cube_speed"])
@@ -112,7 +137,8 @@ def test_a_rule_that_names_an_unknown_figure_stops_before_anything_trains(tmp_pa
     [
         ({"name": ""}, "name"),
         ({"name": "a/b"}, "name"),
-        ({"candidate": []}, "candidate"),
+        ({"candidate": []}, "candidate / first_phase_candidate"),
+        ({"first_phase_candidate": ["model.x=1"]}, "first_phase_candidate"),
         ({"candidate": ["model.x=1"]}, "candidate"),
         ({"seeds": [3, 4], "first_phase_seeds": [0]}, "first_phase_seeds"),
         ({"seeds": [3, 3], "first_phase_seeds": [0, 1]}, "seeds"),

@@ -77,6 +77,12 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a * b).sum() / denom) if denom > 0 else float("nan")
 
 
+def _slope(moved: torch.Tensor, truth: torch.Tensor) -> float:
+    """Least-squares slope through the origin of moves [n, 2] on the true moves [n, 2]: 1 moves as far as the
+    truth, 0 not at all."""
+    return float((moved * truth).sum() / truth.pow(2).sum())
+
+
 def locate_each(
     frames: torch.Tensor, colours: list[tuple[float, float, float]]
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,9 +123,12 @@ def one_step_motion(
     `object_fidelity`. On steps where the object truly moves at least `min_step` px and shows in both
     frames: `slope` of the drawn move (drawn position minus the tracked previous one) on the true move,
     through the origin (1: moves it as far as the sim, 0: leaves it where it was), `r` (Pearson, x and y
-    pooled), `tracker_r` (the same r for the real frame: the tracker's own ceiling), `area_ratio` (the drawn
-    object's pixels over the real frame's, mean over those steps: below 1 where the model draws a faded or blended
-    object, whose matching core sits between where it was and where it went) and `steps`."""
+    pooled), `tracker_r` and `tracker_slope` (the same for the real frame: the tracker's own ceiling),
+    `persistence_slope` (what continuing the true move of the step before scores, on those of the steps that
+    have a step before: how far the past alone carries a move; a model far below it is not limited by an
+    unpredictable world), `area_ratio` (the drawn object's pixels over the real frame's, mean over those steps:
+    below 1 where the model draws a faded or blended object, whose matching core sits between where it was and
+    where it went) and `steps`."""
     _check_windows("one_step_motion", drawn, previous, truth, start, colours)
     before, before_pixels = locate_each(previous, colours)
     drawn_xy, drawn_pixels = locate_each(drawn, colours)
@@ -134,20 +143,26 @@ def one_step_motion(
             "slope": nan,
             "r": nan,
             "tracker_r": nan,
+            "tracker_slope": nan,
+            "persistence_slope": nan,
             "area_ratio": nan,
             "steps": int(pick.sum()),
             "min_step_px": min_step,
         }
     d, t = drawn_move[pick], true_move[pick]
+    tracked, tracked_truth = real_after[real_pick], true_move[real_pick]
+    continued, continued_truth = true_move[:, :-1][pick[:, 1:]], true_move[:, 1:][pick[:, 1:]]
     # previous[k + 1] is the real frame k; real_pick has it visible, so at least min_pixels >= 1 of it
     area_pick = real_pick[:, :-1]
     area = drawn_pixels[:, :-1][area_pick] / before_pixels[:, 1:][area_pick]
     return {
-        "slope": float((d * t).sum() / t.pow(2).sum()),
+        "slope": _slope(d, t),
         "r": _pearson(d.flatten(), t.flatten()),
-        "tracker_r": _pearson(real_after[real_pick].flatten(), true_move[real_pick].flatten())
-        if real_pick.sum() >= 3
+        "tracker_r": _pearson(tracked.flatten(), tracked_truth.flatten())
+        if len(tracked) >= 3
         else float("nan"),
+        "tracker_slope": _slope(tracked, tracked_truth) if len(tracked) else float("nan"),
+        "persistence_slope": _slope(continued, continued_truth) if len(continued) else float("nan"),
         "area_ratio": float(area.mean()) if len(area) else float("nan"),
         "steps": int(pick.sum()),
         "min_step_px": min_step,
