@@ -197,8 +197,10 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     skip_evals = ["--eval.max_windows=0", "--calibrate_success=false", "--still_windows=0"]
     trainings = []
     for s in dict.fromkeys(cfg.first_phase_seeds):
-        names = dict(zip(first_phase_names(cfg, s), ([], cfg.first_phase_candidate)))  # one entry when shared
-        trainings += [train(n, (), [f"--train.seed={s}", *skip_evals, *extra]) for n, extra in names.items()]
+        shared, own = first_phase_names(cfg, s)
+        trainings.append(train(shared, (), [f"--train.seed={s}", *skip_evals]))
+        if own != shared:
+            trainings.append(train(own, (), [f"--train.seed={s}", *skip_evals, *cfg.first_phase_candidate]))
     scores = []
     for seed, first in zip(cfg.seeds, cfg.first_phase_seeds):
         pair = arm_names(cfg, seed)
