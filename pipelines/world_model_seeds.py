@@ -20,7 +20,8 @@ each as soon as what it reads is done (on 2 cores two single-thread trainings we
 Models: `<models>/push_tf` (first-phase seed 0; `push_s<k>_tf` for seed k), `<models>/push_s<seed>_sr` (the
 recipe) and `push_s<seed>_sr_<name>` (the candidate); results `benchmarks/results/world_model_fidelity_<model>.json`
 and the comparison `benchmarks/results/world_model_seeds_push_<name>.json` (move them to docs/results/ when they
-are logged). A first phase is shared by both arms of its pair and by every candidate: only its seed sets it.
+are logged); with `--score_first_phases=true` each first phase is scored too, `world_model_fidelity_push_tf.json`
+and so on. A first phase is shared by both arms of its pair and by every candidate: only its seed sets it.
 A candidate with `first_phase_candidate` overrides (a first-phase lever) trains its own first phase as well,
 `push_tf_<name>` (`push_s<k>_tf_<name>`), and its second phase starts there; the baseline keeps the shared one.
 """
@@ -83,6 +84,9 @@ class WorldModelSeedsConfig:
     # A pretrained_model dir whose IDM every scoring also reads action following with (figure
     # idm_ratio_referee@30): for a candidate trained against its own IDM (model.self_rollout_idm_weight).
     referee_idm: str = ""
+    # Also score each first phase (the same scoring; for reading a first-phase lever's slope and cube figures
+    # before the second phase moves them). Not part of the comparison.
+    score_first_phases: bool = False
     jobs: int = 1  # stages run this many at a time, OMP_NUM_THREADS = cores // jobs each
     force: bool = False  # redo stages whose outputs exist
 
@@ -209,7 +213,12 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
                       *SELF_ROLLOUT_PHASE_ARGS, f"--train.seed={seed}"]  # fmt: skip
             trainings.append(train(model, (f"train {start}",), [*recipe, *extra]))
         scores += [score(m) for m in pair]
-    if stale := [m for st in (*trainings, *scores) if (m := trained_otherwise(st))]:
+    if cfg.score_first_phases:
+        firsts = dict.fromkeys(n for s in cfg.first_phase_seeds for n in first_phase_names(cfg, s))
+        first_scores = [score(m) for m in firsts]
+    else:
+        first_scores = []
+    if stale := [m for st in (*trainings, *scores, *first_scores) if (m := trained_otherwise(st))]:
         raise SystemExit(
             "models trained, or scored, otherwise than these stages would (they are not overwritten: move them "
             "away to redo them, or give --models=<another folder>):\n  " + "\n  ".join(stale)
@@ -217,7 +226,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     # Scorings listed after every training: with jobs > 1 a free core takes a training first (the long pole), and
     # the minutes-long scorings fill in at the end.
     return [comparison(cfg, check_only=True), record, *trainings, *scores,
-            comparison(cfg, needs=tuple(s.name for s in scores))]  # fmt: skip
+            comparison(cfg, needs=tuple(s.name for s in scores)), *first_scores]  # fmt: skip
 
 
 def trained_otherwise(stage: Stage) -> str:

@@ -122,6 +122,24 @@ def test_a_first_phase_candidate_trains_its_own_first_phase_and_its_second_phase
         assert base == cand  # the second phases are the recipe's in both arms
 
 
+def test_first_phases_are_scored_only_when_asked_each_once_after_the_comparison(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    kw = {"name": "tfmw10", "seeds": [3, 4, 5], "first_phase_seeds": [0, 1, 1], "first_phase_candidate": MW10}
+    names = [s.name for s in stages(_cfg(tmp_path, **kw), tmp_path / "root")]
+    assert not [n for n in names if n.startswith("score") and "_sr" not in n]
+    run = stages(_cfg(tmp_path, **kw, score_first_phases=True), tmp_path / "root")
+    firsts = [s for s in run if s.name.startswith("score") and "_sr" not in s.name]
+    assert [s.name for s in firsts] == ["score push_tf", "score push_tf_tfmw10", "score push_s1_tf",
+                                        "score push_s1_tf_tfmw10"]  # fmt: skip
+    assert [s.name for s in run].index("compare the arms") < [s.name for s in run].index("score push_tf")
+    compare = next(s for s in run if s.name == "compare the arms")
+    assert not set(compare.needs) & {s.name for s in firsts}  # the comparison does not wait for them
+    for st in firsts:
+        parsed = parse_cli(FidelityBenchmarkConfig, st.args)
+        assert parsed.model_path == str(tmp_path / "wm" / st.name.removeprefix("score ") / "pretrained_model")
+        assert st.needs == (f"train {st.name.removeprefix('score ')}",)
+
+
 def test_a_rule_that_names_an_unknown_figure_stops_before_anything_trains(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     cfg = _cfg(tmp_path, keep_higher=["cube_speed"])
