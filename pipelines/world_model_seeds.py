@@ -199,12 +199,14 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     # The first phase's own evaluation and calibrations are skipped: the second phase calibrates its model, and
     # the weights it starts from are the same either way.
     skip_evals = ["--eval.max_windows=0", "--calibrate_success=false", "--still_windows=0"]
-    trainings = []
+    trainings, first_scores = [], []
     for s in dict.fromkeys(cfg.first_phase_seeds):
         shared, own = first_phase_names(cfg, s)
         trainings.append(train(shared, (), [f"--train.seed={s}", *skip_evals]))
         if own != shared:
             trainings.append(train(own, (), [f"--train.seed={s}", *skip_evals, *cfg.first_phase_candidate]))
+        if cfg.score_first_phases:
+            first_scores += [score(m) for m in dict.fromkeys((shared, own))]
     scores = []
     for seed, first in zip(cfg.seeds, cfg.first_phase_seeds):
         pair = arm_names(cfg, seed)
@@ -213,11 +215,6 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
                       *SELF_ROLLOUT_PHASE_ARGS, f"--train.seed={seed}"]  # fmt: skip
             trainings.append(train(model, (f"train {start}",), [*recipe, *extra]))
         scores += [score(m) for m in pair]
-    if cfg.score_first_phases:
-        firsts = dict.fromkeys(n for s in cfg.first_phase_seeds for n in first_phase_names(cfg, s))
-        first_scores = [score(m) for m in firsts]
-    else:
-        first_scores = []
     if stale := [m for st in (*trainings, *scores, *first_scores) if (m := trained_otherwise(st))]:
         raise SystemExit(
             "models trained, or scored, otherwise than these stages would (they are not overwritten: move them "
