@@ -88,16 +88,19 @@ for stage in $stages; do
       tf_steps=${WM_TF_STEPS:+--train.steps=$WM_TF_STEPS}; sr_steps=--train.steps=${WM_SR_STEPS:-$($PY -c 'from worldloop.world_model.recipe import SELF_ROLLOUT_STEPS as n; print(n)')}
       [[ "${SMOKE:-0}" == 1 ]] && tf_steps=--train.steps=2 sr_steps=--train.steps=2
       common=(--config configs/world_model/tiny.yaml --dataset.root="$data" --train.seed="$seed"
-              --eval.max_windows=0 --train.report_to=none ${WM_ARGS:-})
+              --eval.max_windows=0 --train.report_to=none)
       limit=${LIMIT_WORLD_MODEL:-0}
-      timeout -k 10 "$limit" $PY train_world_model.py "${common[@]}" $tf_steps --output_dir="${dir}_tf" 2>&1 \
+      # WM_ARGS after the recipe's first-phase overrides, so that they win there
+      read -ra teacher_forcing <<<"$($PY -c 'from worldloop.world_model.recipe import TEACHER_FORCING_PHASE_ARGS as a; print(*a)')"
+      timeout -k 10 "$limit" $PY train_world_model.py "${common[@]}" "${teacher_forcing[@]}" ${WM_ARGS:-} \
+        $tf_steps --output_dir="${dir}_tf" 2>&1 \
         | tee "$log" || status=$?
       # the first phase's model comes back too: a second phase stopped at the limit can be run again from it
       ((status == 0)) && { tar -C "${dir}_tf" -cf "$out/world_model_s${seed}_tf.tar" pretrained_model || status=$?; }
       # the second phase gets what is left of the limit (0: none)
       ((limit > 0)) && limit=$((limit - (SECONDS - start))) && ((limit < 1)) && limit=1
       read -ra self_rollout <<<"$($PY -c 'from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS as a; print(*a)')"
-      ((status == 0)) && { timeout -k 10 "$limit" $PY train_world_model.py "${common[@]}" $sr_steps "${self_rollout[@]}" \
+      ((status == 0)) && { timeout -k 10 "$limit" $PY train_world_model.py "${common[@]}" ${WM_ARGS:-} $sr_steps "${self_rollout[@]}" \
         ${WM_SR_ARGS:-} --output_dir="${dir}_sr" --init_from="${dir}_tf/pretrained_model" 2>&1 | tee -a "$log" || status=$?; }
       ((status == 0)) && { tar -C "${dir}_sr" -cf "$out/world_model_s$seed.tar" pretrained_model || status=$?; } ;;
     *) echo "unknown stage '$stage': expected wheels, tests, bench, train, world_model"; exit 2 ;;

@@ -27,7 +27,11 @@ from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig  # noqa: E402
-from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS, SELF_ROLLOUT_STEPS  # noqa: E402
+from worldloop.world_model.recipe import (
+    SELF_ROLLOUT_PHASE_ARGS,
+    SELF_ROLLOUT_STEPS,
+    TEACHER_FORCING_PHASE_ARGS,
+)  # noqa: E402
 from worldloop.world_model.trainer import (  # noqa: E402
     TrainWorldModelConfig,
     new_model,
@@ -107,7 +111,7 @@ def run_benchmark(cfg: StepTimeBenchmarkConfig) -> dict:
         raise ValueError(f"steps={cfg.steps}, warmup={cfg.warmup}: expected steps >= 1 and warmup >= 0")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    first = phase_config(cfg, ())
+    first = phase_config(cfg, TEACHER_FORCING_PHASE_ARGS)
     second = phase_config(cfg, (*SELF_ROLLOUT_PHASE_ARGS, f"--train.steps={cfg.self_rollout_steps}"))
     phases = {}
     for name, train in (("teacher_forced", first), ("self_rollout", second)):

@@ -23,7 +23,11 @@ from pathlib import Path
 
 from worldloop.common.checkpoint import save_json
 from worldloop.pipelines.report import Media, StageRecord, write_report
-from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS, SELF_ROLLOUT_STEPS
+from worldloop.world_model.recipe import (
+    SELF_ROLLOUT_PHASE_ARGS,
+    SELF_ROLLOUT_STEPS,
+    TEACHER_FORCING_PHASE_ARGS,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -141,6 +145,7 @@ def stages_for(cfg: QuickstartConfig, run_dir: Path) -> list[Stage]:
                 f"--dataset.root={data}",
                 f"--output_dir={wm}",
                 f"--train.steps={cfg.world_model_steps}",
+                *TEACHER_FORCING_PHASE_ARGS,
             ],
             wm / "pretrained_model" / "model.safetensors",
             wm / "pretrained_model",

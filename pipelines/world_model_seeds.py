@@ -37,7 +37,11 @@ from pathlib import Path
 from worldloop.common.checkpoint import load_json
 from worldloop.common.config import ConfigError
 from worldloop.pipelines.quickstart import REPO, Stage, build_setting, resume_args
-from worldloop.world_model.recipe import SELF_ROLLOUT_PHASE_ARGS, SELF_ROLLOUT_STEPS
+from worldloop.world_model.recipe import (
+    SELF_ROLLOUT_PHASE_ARGS,
+    SELF_ROLLOUT_STEPS,
+    TEACHER_FORCING_PHASE_ARGS,
+)
 
 # The push data of every recipe figure (docs/experiments.md, 2026-11-28): mixed skill, failures kept, the
 # cubes' state recorded for the tracker.
@@ -202,9 +206,10 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     trainings, first_scores = [], []
     for s in dict.fromkeys(cfg.first_phase_seeds):
         shared, own = first_phase_names(cfg, s)
-        trainings.append(train(shared, (), [f"--train.seed={s}", *skip_evals]))
+        first_args = [*TEACHER_FORCING_PHASE_ARGS, f"--train.seed={s}", *skip_evals]
+        trainings.append(train(shared, (), first_args))
         if own != shared:
-            trainings.append(train(own, (), [f"--train.seed={s}", *skip_evals, *cfg.first_phase_candidate]))
+            trainings.append(train(own, (), [*first_args, *cfg.first_phase_candidate]))
         if cfg.score_first_phases:
             first_scores += [score(m) for m in dict.fromkeys((shared, own))]
     scores = []

@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from benchmarks.kernels import moving_squares, speedups, target_checks
+from worldloop.world_model.recipe import TEACHER_FORCING_PHASE_ARGS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,6 +120,9 @@ def test_gpu_session_world_model_stage_trains_the_push_recipe_and_packs_it(tmp_p
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with tarfile.open(out / "world_model_s3_tf.tar") as tar:
         assert yaml.safe_load(tar.extractfile("pretrained_model/config.yaml"))["self_rollout_frames"] == 0
+        first = json.load(tar.extractfile("pretrained_model/training.json"))["command"].split()
+    assert set(TEACHER_FORCING_PHASE_ARGS) <= set(first)  # the recipe's first-phase overrides
+    assert first.index("--train.batch_size=2") > max(first.index(a) for a in TEACHER_FORCING_PHASE_ARGS)
     with tarfile.open(out / "world_model_s3.tar") as tar:
         assert {"pretrained_model/model.safetensors", "pretrained_model/config.yaml"} <= set(tar.getnames())
         second = yaml.safe_load(tar.extractfile("pretrained_model/config.yaml"))

@@ -20,7 +20,7 @@ from worldloop.common.config import ConfigError, parse_cli
 from worldloop.pipelines.quickstart import Stage, run_stages
 from worldloop.pipelines.world_model_seeds import WorldModelSeedsConfig, stages, trained_otherwise
 from worldloop.sim.recording import RecordingConfig
-from worldloop.world_model.recipe import SELF_ROLLOUT_STEPS
+from worldloop.world_model.recipe import SELF_ROLLOUT_STEPS, TEACHER_FORCING_PHASE_ARGS
 from worldloop.world_model.trainer import TrainWorldModelConfig
 
 CONFIGS = {
@@ -49,6 +49,11 @@ def test_the_arms_of_a_pair_differ_only_by_the_candidate_and_share_their_first_p
     firsts = [n for n in parsed if n.endswith("_tf")]
     assert firsts == ["train push_tf", "train push_s1_tf"]  # seed 1's first phase is trained once
     assert [parsed[n].train.seed for n in firsts] == [0, 1]
+    # the recipe's first phase: tiny.yaml with world_model/recipe.py's first-phase overrides
+    tiny = ["--config=configs/world_model/tiny.yaml"]
+    recipe_lr = parse_cli(TrainWorldModelConfig, [*tiny, *TEACHER_FORCING_PHASE_ARGS]).train.lr
+    assert recipe_lr != parse_cli(TrainWorldModelConfig, tiny).train.lr
+    assert all(parsed[n].train.lr == recipe_lr for n in firsts)
     for seed, first in ((3, "push_tf"), (4, "push_s1_tf"), (5, "push_s1_tf")):
         base, cand = parsed[f"train push_s{seed}_sr"], parsed[f"train push_s{seed}_sr_mw10"]
         assert base.init_from == cand.init_from == str(tmp_path / "wm" / first / "pretrained_model")

@@ -6,6 +6,7 @@ import json
 import os
 
 from worldloop.pipelines.quickstart import QuickstartConfig, Stage, is_done, run_stage, stages_for
+from worldloop.world_model.recipe import TEACHER_FORCING_PHASE_ARGS
 
 
 def _stage(tmp_path, body: str, name: str = "demo") -> Stage:
@@ -83,6 +84,7 @@ def test_the_world_model_trains_on_its_own_rollouts_before_post_training(tmp_pat
     names = list(stages)
     self_rollout = stages["train world model on its own rollouts"]
     assert "--model.self_rollout_frames=4" in self_rollout.args
+    assert set(TEACHER_FORCING_PHASE_ARGS) <= set(stages["train world model"].args)  # the recipe's two phases
     assert f"--init_from={tmp_path / 'world_model' / 'pretrained_model'}" in self_rollout.args
     assert (
         names.index("train world model")
