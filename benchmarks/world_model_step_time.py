@@ -27,11 +27,11 @@ from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig  # noqa: E402
-from worldloop.world_model.recipe import (
+from worldloop.world_model.recipe import (  # noqa: E402
     SELF_ROLLOUT_PHASE_ARGS,
     SELF_ROLLOUT_STEPS,
     TEACHER_FORCING_PHASE_ARGS,
-)  # noqa: E402
+)
 from worldloop.world_model.trainer import (  # noqa: E402
     TrainWorldModelConfig,
     new_model,
