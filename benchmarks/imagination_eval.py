@@ -74,7 +74,9 @@ class ImaginationEvalBenchmarkConfig:
     world_model_config: str = "configs/world_model/tiny.yaml"
     # replay_dataset: no policies; the dataset's recorded episodes (scripted experts of graded skill, from
     # meta/recording.json) replayed open loop in the world model from their first frame. Skill bins stand
-    # in for policies of graded skill; the reference is the recorded (sim) success.
+    # in for policies of graded skill; the reference is the recorded (sim) success. Tabletop push replays also
+    # report `colour_reading`: how well the cube-to-square distance, tracked by colour in the drawn frames and
+    # in the recorded ones, separates recorded successes (not a judge: what the frames carry of the outcome).
     replay_dataset: str = ""
     replay_split: str = "held_out"  # held_out (episodes the world model never saw) | train | all
     replay_max_episodes: int = 60
@@ -199,6 +201,58 @@ def speed_only(cfg: ImaginationEvalBenchmarkConfig) -> None:
     print(f"wrote {path}")
 
 
+def cube_to_square_reading(tasks: list[str]):
+    """A reading of frames apart from the judge, for push replays: each frame's pixel distance from the
+    instructed cube's centroid to its square's (object tracking by the MJCF colours; NaN where either is not
+    seen). Not a judge and never a reward: it bounds what the drawn frames carry of the outcome. None when
+    any task is not a tabletop push."""
+    from worldloop.sim.tabletop_sim import TabletopSim
+    from worldloop.sim.tasks import TaskInstance
+    from worldloop.world_model.object_tracking import centroid_distance
+
+    try:
+        parsed = [TaskInstance.from_instruction(t) for t in tasks]
+    except ValueError:  # not the tabletop's instructions (another embodiment's data)
+        return None
+    if any(t.kind != "push" for t in parsed):
+        return None
+    sim = TabletopSim(cameras=())
+    try:
+        colours = {
+            t: (tuple(sim.cube_colour(t.cube).tolist()), tuple(sim.zone_colour(t.zone).tolist()))
+            for t in parsed
+        }
+    finally:
+        sim.close()
+
+    def reading(frames: torch.Tensor, task: list[str]) -> torch.Tensor:
+        out = torch.full(frames.shape[:2], float("nan"))
+        for i, text in enumerate(task):
+            out[i] = centroid_distance(frames[i].float().cpu(), *colours[TaskInstance.from_instruction(text)])
+        return out
+
+    return reading
+
+
+def colour_reading_figures(drawn: list[list[float]], recorded: list[list[float]], real) -> dict:
+    """Per-episode AUROC of the closest the cube came to its square (-min distance over the steps; never
+    seen counts as farthest) for recorded success, in the drawn frames and in the recorded ones."""
+    import numpy as np
+
+    from worldloop.common.stats import auroc_ci
+
+    def closest(per_step: list[float]) -> float:
+        values = np.asarray(per_step, dtype=float)
+        return -float(np.nanmin(values)) if np.isfinite(values).any() else -1e9
+
+    out = {"score": "minus the least cube-to-square centroid distance over the episode (px)"}
+    for name, episodes in (("drawn_frames", drawn), ("recorded_frames", recorded)):
+        scores = [closest(e) for e in episodes]
+        seen = float(np.mean([np.isfinite(np.asarray(e, dtype=float)).mean() for e in episodes]))
+        out[name] = {"auroc_ci95": auroc_ci(scores, real.astype(bool)), "frames_with_both_seen": seen}
+    return out
+
+
 def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
     import json
 
@@ -218,9 +272,13 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
     train, held_out = dataset.split()  # the world model's split when it used the default split settings
     episodes = {"held_out": held_out, "train": train, "all": dataset.episode_indices}[cfg.replay_split]
     episodes = [e for e in episodes if dataset.episodes[e].length >= cfg.horizon][: cfg.replay_max_episodes]
+    table = dataset.frame_table()
+    reading = cube_to_square_reading(sorted({table.task[dataset.episodes[e].start] for e in episodes}))
     t0 = time.perf_counter()
     with tqdm(total=len(episodes), desc="replaying", unit="episode") as bar:
-        results = replay_episodes(env, dataset, episodes, cfg.horizon, cfg.batch_envs, cfg.seed, bar=bar)
+        results = replay_episodes(
+            env, dataset, episodes, cfg.horizon, cfg.batch_envs, cfg.seed, bar=bar, frame_reading=reading
+        )
     seconds = time.perf_counter() - t0
     skills = np.array([recorded[e]["skill"] for e in episodes])
     real = np.array([recorded[e]["success"] for e in episodes], dtype=float)
@@ -261,6 +319,24 @@ def replay(cfg: ImaginationEvalBenchmarkConfig) -> None:
         "dataset": cfg.replay_dataset,
         "horizon": cfg.horizon,
     }
+    if reading is not None:
+        camera = dataset.cameras[0]
+        recorded_reading = []
+        for e in episodes:  # the recorded frame after each replayed action, as the drawn ones
+            first = dataset.episodes[e].start + 1
+            rows = slice(first, min(first + cfg.horizon, dataset.episodes[e].end))
+            frames = table.images[camera][rows].float()[None] / 255
+            recorded_reading.append(reading(frames, [table.task[first]])[0].tolist())
+        figures["colour_reading"] = colour_reading_figures(
+            [r.pop("frame_reading") for r in results], recorded_reading, real
+        )
+        drawn_auroc = figures["colour_reading"]["drawn_frames"]["auroc_ci95"]
+        recorded_auroc = figures["colour_reading"]["recorded_frames"]["auroc_ci95"]
+        if drawn_auroc and recorded_auroc:
+            print(
+                f"colour reading (cube to square, not a judge): AUROC {drawn_auroc['value']:.3f} on drawn frames, "
+                f"{recorded_auroc['value']:.3f} on recorded ones"
+            )
     figures["load_average_1_5_15min"] = os.getloadavg()
     name = cfg.name or f"imagination_replay_{cfg.replay_split}"
     path = write_result(name, figures, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))

@@ -114,6 +114,10 @@ class TabletopSim:
         """The cube's RGB as the MJCF gives it, in [0, 1] (what object tracking looks for in frames)."""
         return self.model.geom(f"cube_{colour}").rgba[:3].copy()
 
+    def zone_colour(self, colour: str) -> np.ndarray:
+        """The target square's RGB as the MJCF gives it, in [0, 1]."""
+        return self.model.geom(f"zone_{colour}").rgba[:3].copy()
+
     def project(self, camera: str, points: np.ndarray) -> np.ndarray:
         """World points [..., 3] -> (x, y) pixels [..., 2] in `camera`'s frames at this sim's image size (see
         `rendering.project_to_pixels`), with the camera where the current state puts it."""

@@ -39,6 +39,20 @@ class TaskInstance:
             return f"reach the {self.cube} cube"
         return f"push the {self.cube} cube onto the {self.zone} square"
 
+    @classmethod
+    def from_instruction(cls, instruction: str) -> TaskInstance:
+        """The task an `instruction` (as `instruction` writes it) asks for; ValueError for any other text."""
+        for cube in CUBE_COLORS:
+            if instruction == f"reach the {cube} cube":
+                return cls("reach", cube, None)
+            for zone in ZONE_COLORS:
+                if instruction == f"push the {cube} cube onto the {zone} square":
+                    return cls("push", cube, zone)
+        raise ValueError(
+            f"instruction {instruction!r}: expected 'reach the <cube> cube' or 'push the <cube> cube onto the "
+            f"<square> square' with a cube of {CUBE_COLORS} and a square of {ZONE_COLORS}"
+        )
+
 
 @dataclass
 class SceneState:

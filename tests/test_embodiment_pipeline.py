@@ -259,3 +259,4 @@ def test_open_loop_replay_scores_the_judge_with_its_interval_and_names_it(
     assert ci["low"] <= figures["success_head_auroc"] <= ci["high"]
     judge = WorldModel.from_pretrained(planar_model["wm"]).cfg.heads
     assert figures["judge"]["kind"] == "drawn_frames" and figures["judge"]["reads_state"] == judge.use_state
+    assert "colour_reading" not in figures  # no tabletop push here: no cube and square to track

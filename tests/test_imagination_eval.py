@@ -239,6 +239,9 @@ def test_replay_actions_is_open_loop_and_seeded():
     assert len(a) == 3 and all(0 <= r["progress"] <= 1 for r in a)
     with pytest.raises(ValueError, match="actions"):
         replay_actions(env, starts, actions[:2], seed=1)
+    # a reading of the drawn frames, kept per step beside the heads' verdict, which it leaves alone
+    read = replay_actions(env, starts, actions, seed=1, chunk=2, frame_reading=lambda f, t: f.mean((2, 3, 4)))
+    assert [len(r.pop("frame_reading")) for r in read] == [env.steps_taken] * 3 and read == a
 
 
 def _no_drift(policy, env, starts, cfg, device):

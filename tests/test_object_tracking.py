@@ -9,7 +9,12 @@ import torch
 from worldloop.sim.scene import CUBE_COLORS, CUBE_HALF_SIZE
 from worldloop.sim.tabletop_sim import TabletopSim
 from worldloop.sim.tasks import TaskInstance, sample_layout
-from worldloop.world_model.object_tracking import ColourTracker, object_fidelity, one_step_motion
+from worldloop.world_model.object_tracking import (
+    ColourTracker,
+    centroid_distance,
+    object_fidelity,
+    one_step_motion,
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +63,25 @@ def test_a_cube_hidden_behind_the_arm_is_not_visible(sim):
     sim.set_cube_position("red", beside)
     xy, visible = tracker.locate(_frame(sim))
     assert bool(visible) and np.linalg.norm(xy.numpy() - sim.project("front", beside)) < 1.0
+
+
+def test_the_cube_to_square_distance_shrinks_to_nothing_when_the_cube_sits_on_its_square(sim):
+    sim.reset(sample_layout(TaskInstance("push", "red", "green"), np.random.default_rng(2)), sim.home)
+    colours = tuple(sim.cube_colour("red")), tuple(sim.zone_colour("green"))
+    square = sim.scene_state().zones["green"]
+    far = float(centroid_distance(_frame(sim), *colours))
+    cube_px = sim.project("front", sim.scene_state().cubes["red"])
+    square_px = sim.project("front", np.array([*square, 0.0]))
+    assert abs(far - np.linalg.norm(cube_px - square_px)) < 1.5  # the square's centroid is near its centre
+    sim.set_cube_position("red", np.array([*square, CUBE_HALF_SIZE]))
+    on = float(centroid_distance(_frame(sim), *colours))
+    sim.set_cube_position("red", np.array([square[0] + 0.1, square[1], CUBE_HALF_SIZE]))
+    beside = float(centroid_distance(_frame(sim), *colours))
+    # on it, not 0: the cube's centroid is drawn above the table and it hides part of the square (3-4 px at
+    # 64x64); 10 cm beside it, clearly farther
+    assert on < 4.5 and beside > on + 3
+    # a colour that is not in the frame: not seen, NaN
+    assert torch.isnan(centroid_distance(torch.full((3, 16, 16), 0.5), *colours))
 
 
 def test_grey_and_other_colours_do_not_match():

@@ -111,6 +111,13 @@ def test_success_along_a_joint_path_uses_the_reset_layout():
     push.close()
 
 
+def test_an_instruction_names_its_task_and_other_text_is_refused():
+    for task in (TaskInstance("push", "blue", "purple"), TaskInstance("reach", "yellow", None)):
+        assert TaskInstance.from_instruction(task.instruction) == task
+    with pytest.raises(ValueError, match="'push the pink cube onto the green square'"):
+        TaskInstance.from_instruction("push the pink cube onto the green square")
+
+
 def test_push_success_check_and_progress():
     task = TaskInstance("push", "red", "green")
     start = _state((0.1, 0.0, 0.15), (0.15, 0.0, CUBE_HALF_SIZE))

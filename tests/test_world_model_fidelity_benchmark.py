@@ -102,3 +102,33 @@ def test_a_referee_idm_of_another_frame_size_is_refused(push_and_model, tmp_path
     )
     with pytest.raises(SystemExit, match="at 16 px; the model draws"):
         run_benchmark(cfg)
+
+
+def test_push_replays_read_the_cube_and_its_square_in_drawn_and_recorded_frames(
+    push_and_model, tmp_path, monkeypatch
+):
+    import json
+    import shutil
+    import sys
+
+    import benchmarks._common as common
+    from benchmarks import imagination_eval
+
+    root, model = push_and_model
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    data = shutil.copytree(root, tmp_path / "replays")
+    recording = json.loads((data / "meta" / "recording.json").read_text())
+    for i, e in enumerate(recording["episodes"]):
+        e["success"], e["skill"] = i % 2 == 0, i / 10  # both classes (the AUROC), two skill bins
+    (data / "meta" / "recording.json").write_text(json.dumps(recording))
+    args = [f"--world_model={model}", f"--replay_dataset={data}", "--replay_split=all", "--horizon=6",
+            "--batch_envs=2", "--skill_bins=2", "--threads=1", "--name=replay_push"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", ["imagination_eval.py", *args])
+    imagination_eval.main()
+    reading = json.loads((tmp_path / "results" / "replay_push.json").read_text())["figures"]["colour_reading"]
+    # the recorded frames show the cube and its square; an untrained model's drawn frames may not
+    assert reading["recorded_frames"]["frames_with_both_seen"] > 0.9
+    assert 0 <= reading["drawn_frames"]["frames_with_both_seen"] <= 1
+    for frames in ("drawn_frames", "recorded_frames"):
+        ci = reading[frames]["auroc_ci95"]
+        assert ci["low"] <= ci["value"] <= ci["high"]

@@ -71,6 +71,17 @@ class ColourTracker:
         return torch.where(visible, xy, torch.full_like(xy, float("nan"))), count
 
 
+def centroid_distance(
+    frames: torch.Tensor, colour: tuple[float, float, float], other: tuple[float, float, float]
+) -> torch.Tensor:
+    """Frames [..., 3, H, W] in [0, 1] -> [...]: how far apart, in pixels, the centroids of the objects of two
+    colours are (e.g. a pushed cube and its target square); NaN where either is not visible."""
+    a, seen_a = ColourTracker(colour).locate(frames)
+    b, seen_b = ColourTracker(other).locate(frames)
+    distance = (a - b).norm(dim=-1)
+    return torch.where(seen_a & seen_b, distance, torch.full_like(distance, float("nan")))
+
+
 def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a - a.mean(), b - b.mean()
     denom = (a.pow(2).sum() * b.pow(2).sum()).sqrt()

@@ -23,6 +23,7 @@ model's config (or `sampler_steps`) draws each frame. Randomness comes from one 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -340,25 +341,39 @@ def from_dataset(
     )
 
 
+FrameReading = Callable[[torch.Tensor, list[str]], torch.Tensor]
+"""(drawn frames [B, K, 3, H, W] in [0, 1] of the first camera, the B instructions) -> [B, K] numbers."""
+
+
 @torch.no_grad()
 def replay_actions(
-    env: WorldModelEnv, starts: InitialStates, actions: torch.Tensor, seed: int, chunk: int = 10
+    env: WorldModelEnv,
+    starts: InitialStates,
+    actions: torch.Tensor,
+    seed: int,
+    chunk: int = 10,
+    frame_reading: FrameReading | None = None,
 ) -> list[dict]:
     """Open loop: imagine recorded action sequences [B, T, A] from their episodes' first frames.
 
     What the world model predicts for behaviour whose real outcome is known (e.g. a dataset's scripted
     experts of graded skill): the success and progress heads can then be checked episode by episode.
+    `frame_reading`, where given, is applied to every drawn frame: each result then holds its values per
+    step (`frame_reading`), a reading of the drawn frames apart from the heads (e.g. object tracking).
     """
     if actions.dim() != 3 or actions.shape[0] != starts.batch_size:
         raise ValueError(f"actions: expected [{starts.batch_size}, T, A], got {list(actions.shape)}")
     env.reset(starts, seed=seed)
     max_prob = torch.zeros(starts.batch_size)
+    readings = []
     t = 0
     while not env.done.all() and t < actions.shape[1]:
         _, _, _, _, info = env.step(actions[:, t : t + chunk])
         max_prob = torch.maximum(max_prob, (info["success_prob"] * info["active"]).max(1).values.cpu())
+        if frame_reading is not None:
+            readings.append(frame_reading(info["frames"][env.cameras[0]], starts.task).float().cpu())
         t += chunk
-    return [
+    results = [
         {
             "task": starts.task[i],
             "success": bool(env.succeeded[i]),
@@ -367,6 +382,11 @@ def replay_actions(
         }
         for i in range(starts.batch_size)
     ]
+    if frame_reading is not None:
+        per_step = torch.cat(readings, 1)
+        for i, result in enumerate(results):
+            result["frame_reading"] = per_step[i].tolist()
+    return results
 
 
 def replay_episodes(
@@ -378,6 +398,7 @@ def replay_episodes(
     seed: int,
     chunk: int = 10,
     bar: tqdm | None = None,
+    frame_reading: FrameReading | None = None,
 ) -> list[dict]:
     """`replay_actions` over dataset episodes, `batch_size` at a time: each episode from its first frame
     under its first `steps` recorded actions (every episode needs at least `steps` frames, each with its
@@ -396,7 +417,7 @@ def replay_episodes(
         starts = from_dataset(dataset, group, env.cameras)
         start_rows = [dataset.episodes[e].start for e in group]
         actions = torch.stack([table.action[row : row + steps] for row in start_rows])
-        results += replay_actions(env, starts, actions, seed=seed + first, chunk=chunk)
+        results += replay_actions(env, starts, actions, seed + first, chunk, frame_reading)
         if bar is not None:
             bar.update(len(group))
     return results
