@@ -198,6 +198,7 @@ def object_truth(
     from worldloop.sim.scene import CUBE_COLORS
     from worldloop.sim.tabletop_env import ENVIRONMENT_STATE_NAMES
     from worldloop.sim.tabletop_sim import TabletopSim
+    from worldloop.sim.tasks import TaskInstance
 
     names = list(dataset.meta.features[ENVIRONMENT_STATE]["names"] or [])
     if names != list(ENVIRONMENT_STATE_NAMES):
@@ -207,12 +208,7 @@ def object_truth(
     state = torch.from_numpy(dataset.numeric_columns([ENVIRONMENT_STATE])[ENVIRONMENT_STATE]).float()
     total = windows.frames.shape[1]
     frames = state[windows.rows[:, None] + torch.arange(context - 1, total)]  # [N, H + 1, 9]
-    cubes = []
-    for task in windows.task:
-        found = [c for c in CUBE_COLORS if f"the {c} cube" in task]
-        if len(found) != 1:
-            raise ValueError(f"task {task!r} names no single cube of {CUBE_COLORS}: no object to track")
-        cubes.append(found[0])
+    cubes = [TaskInstance.from_instruction(task).cube for task in windows.task]  # the object to track
     index = torch.tensor([CUBE_COLORS.index(c) for c in cubes])
     xyz = frames.view(len(cubes), total - context + 1, len(CUBE_COLORS), 3)[
         torch.arange(len(cubes)), :, index

@@ -65,7 +65,7 @@ def test_a_cube_hidden_behind_the_arm_is_not_visible(sim):
     assert bool(visible) and np.linalg.norm(xy.numpy() - sim.project("front", beside)) < 1.0
 
 
-def test_the_cube_to_square_distance_shrinks_to_nothing_when_the_cube_sits_on_its_square(sim):
+def test_the_cube_to_square_distance_is_small_on_the_square_and_large_beside_it(sim):
     sim.reset(sample_layout(TaskInstance("push", "red", "green"), np.random.default_rng(2)), sim.home)
     colours = tuple(sim.cube_colour("red")), tuple(sim.zone_colour("green"))
     square = sim.scene_state().zones["green"]
