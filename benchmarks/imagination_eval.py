@@ -217,10 +217,10 @@ def cube_to_square_reading(tasks: list[str]):
     if any(t.kind != "push" for t in parsed):
         return None
     sim = TabletopSim(cameras=())
-    try:
+    try:  # instruction -> (cube colour, square colour)
         colours = {
-            t: (tuple(sim.cube_colour(t.cube).tolist()), tuple(sim.zone_colour(t.zone).tolist()))
-            for t in parsed
+            text: (tuple(sim.cube_colour(t.cube).tolist()), tuple(sim.zone_colour(t.zone).tolist()))
+            for text, t in zip(tasks, parsed)
         }
     finally:
         sim.close()
@@ -228,7 +228,7 @@ def cube_to_square_reading(tasks: list[str]):
     def reading(frames: torch.Tensor, task: list[str]) -> torch.Tensor:
         out = torch.full(frames.shape[:2], float("nan"))
         for i, text in enumerate(task):
-            out[i] = centroid_distance(frames[i].float().cpu(), *colours[TaskInstance.from_instruction(text)])
+            out[i] = centroid_distance(frames[i].float().cpu(), *colours[text])
         return out
 
     return reading
