@@ -97,15 +97,10 @@ def derive_embodiment(
     )
 
 
-def embodiment_from_dataset(root: str | Path, margin: float = DEFAULT_MARGIN) -> EmbodimentSpec:
-    """The spec derived from the LeRobotDataset at `root` (every episode; see the module docstring).
-
-    Named after the dataset's `robot_type`, else its folder. The imagination env integrates the state from
-    the actions as position targets, so state and action must have one entry per joint each."""
-    return _derived(EpisodeDataset(DatasetConfig(root=str(root))), margin)
-
-
 def _derived(dataset: EpisodeDataset, margin: float) -> EmbodimentSpec:
+    """The spec derived from `dataset` (every episode; see the module docstring). Named after the dataset's
+    `robot_type`, else its folder. The imagination env integrates the state from the actions as position
+    targets, so state and action must have one entry per joint each."""
     root = dataset.root
     features = dataset.meta.features
     if dataset.state_dim != dataset.action_dim:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from worldloop.common.checkpoint import load_json, save_json
-from worldloop.data.dataset import DatasetError, EpisodeDataset
+from worldloop.data.dataset import EpisodeDataset
 from worldloop.data.features import ACTION, ENVIRONMENT_STATE, STATE
 
 STAT_FIELDS = ("mean", "std", "min", "max", "q01", "q99")
@@ -70,35 +70,6 @@ def environment_state_stats(dataset: EpisodeDataset, episodes: list[int] | None 
     rows = np.concatenate([np.arange(ep.start, ep.end) for ep in chosen])
     motion = np.concatenate([np.diff(values[ep.start : ep.end], axis=0) for ep in chosen if ep.length > 1])
     return {ENVIRONMENT_STATE: compute_stats(values[rows]), ENVIRONMENT_MOTION: compute_stats(motion)}
-
-
-def lerobot_meta_stats(dataset: EpisodeDataset, keys: tuple[str, ...] = NORMALIZED_KEYS) -> Stats:
-    """The stats lerobot stored in meta/stats.json (over all episodes), checked against the features.
-
-    lerobot's quantiles come from histograms, so they are close to, not equal to, `compute_stats`'s."""
-    meta = dataset.meta.stats
-    where = f"dataset {dataset.root}: meta/stats.json"
-    if not meta:
-        raise DatasetError(f"{where} is missing")
-    dims = {STATE: dataset.state_dim, ACTION: dataset.action_dim}
-    out: Stats = {}
-    for key in keys:
-        if key not in meta:
-            raise DatasetError(f"{where} has no stats for {key!r}")
-        missing = [f for f in (*STAT_FIELDS, "count") if f not in meta[key]]
-        if missing:
-            raise DatasetError(f"{where}: {key!r} lacks {missing}")
-        out[key] = {
-            f: np.asarray(meta[key][f], dtype=np.float64).reshape(-1) for f in (*STAT_FIELDS, "count")
-        }
-        if key in dims and any(out[key][f].shape != (dims[key],) for f in STAT_FIELDS):
-            raise DatasetError(f"{where}: {key!r} stats do not have size {dims[key]} (the feature's size)")
-        if int(out[key]["count"][0]) != dataset.meta.total_frames:
-            raise DatasetError(
-                f"{where}: {key!r} stats count {int(out[key]['count'][0])} frames, "
-                f"the dataset has {dataset.meta.total_frames}: they are stale"
-            )
-    return out
 
 
 def save_stats(stats: Stats, path: str | Path) -> None:
@@ -175,7 +146,3 @@ class Normalizer(nn.Module):
     def unnormalize(self, key: str, x: torch.Tensor) -> torch.Tensor:
         params = self._params(key)
         return x if params is None else x * params[1] + params[0]
-
-    def normalize_batch(self, batch: dict) -> dict:
-        """A shallow copy of `batch` with every key this Normalizer has a mode for normalised."""
-        return {k: self.normalize(k, v) if k in self.modes else v for k, v in batch.items()}

@@ -18,7 +18,7 @@ from worldloop.common.embodiment import (
     write_embodiment,
 )
 from worldloop.data.dataset import DatasetError
-from worldloop.data.embodiment import embodiment_for_dataset, embodiment_from_dataset
+from worldloop.data.embodiment import FROM_DATASET, embodiment_for_dataset
 
 
 def next_state_actions(states: list[np.ndarray]) -> list[np.ndarray]:
@@ -46,7 +46,7 @@ def planar(tmp_path_factory) -> Path:
 
 
 def test_a_two_dimensional_dataset(planar):
-    spec = embodiment_from_dataset(planar)
+    spec = embodiment_for_dataset(FROM_DATASET, planar)
     assert spec.name == "pusht_like" and spec.fps == 10  # no robot_type: the folder's name
     assert spec.joint_names == ("x", "y") and spec.action_names == ("target_x", "target_y")
     # Recorded x in [100, 300] and y in [200, 250], widened by 10% of the range on each side.
@@ -57,7 +57,7 @@ def test_a_two_dimensional_dataset(planar):
     # x's speed changes by 2 per step (100/s^2 per unit), y never accelerates: it gets x's relative rate
     # (200/s^2 over x's range 200 = 1 range/s^2), times its range 50; both times 1.1.
     assert spec.acceleration_limit == pytest.approx((220.0, 55.0))
-    wider = embodiment_from_dataset(planar, margin=0.5)
+    wider = embodiment_for_dataset(FROM_DATASET, planar, margin=0.5)
     assert wider.position_lower == pytest.approx((0.0, 175.0)) and wider.velocity_limit[0] == pytest.approx(
         300
     )
@@ -71,7 +71,7 @@ def test_a_six_joint_dataset_with_constant_joints(tmp_path):
     root = write_vector_dataset(
         tmp_path / "arm", [state, state[::-1].copy()], [state, state[::-1].copy()], 30, names, names, "my_arm"
     )
-    spec = embodiment_from_dataset(root)
+    spec = embodiment_for_dataset(FROM_DATASET, root)
     assert spec.name == "my_arm" and spec.fps == 30 and spec.joint_names == tuple(names)
     assert spec.action_names == tuple(names)
     # Moving joints: range 7 (j + 1) from 10 j, plus 10% each side.
@@ -108,7 +108,7 @@ def test_training_resolves_auto_named_and_derived(tmp_path, planar):
         embodiment_for_dataset("worldloop_arm4", planar)
     uneven = write_vector_dataset(tmp_path / "uneven", [np.hstack([t] * 3)], [np.hstack([t] * 2)], 10)
     with pytest.raises(DatasetError, match="observation.state has 3 values and action 2"):
-        embodiment_from_dataset(uneven)
+        embodiment_for_dataset(FROM_DATASET, uneven)
 
 
 def test_a_hand_written_file_is_read_strictly(tmp_path):

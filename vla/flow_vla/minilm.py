@@ -188,12 +188,6 @@ class BertModel(nn.Module):
         return model
 
 
-def sentence_embedding(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """all-MiniLM-L6-v2's sentence vector: mean over real tokens, L2-normalised."""
-    m = mask[..., None].float()
-    return F.normalize((hidden * m).sum(1) / m.sum(1).clamp(min=1), dim=-1)
-
-
 class MiniLMInstructionEncoder(nn.Module):
     """Instruction -> MiniLM token features projected to `dim`, and the padding mask (True = padding).
 
