@@ -499,3 +499,19 @@ def test_imagination_error_split_tells_the_world_from_the_policy():
     assert split["world_and_judge"]["pearson"] == pytest.approx(-1.0)
     assert split["world_and_judge"]["episode_agreement"] == 0.0
     assert split["world_and_judge"]["episode_auroc"]["value"] == 0.0
+
+
+def test_drawn_vs_recorded_push_measures_how_far_the_drawn_cube_falls_short():
+    compare = importlib.import_module("benchmarks.imagination_eval").drawn_vs_recorded_push
+    steps = np.arange(31, dtype=float)
+    recorded = [list(20 - k * steps / 30) for k in (4, 8, 12, 16)]  # the cube closes 4..16 px on its square
+    drawn = [list(20 - 0.5 * k * steps / 30) for k in (4, 8, 12, 16)]  # drawn: half as far, step by step
+    drawn[0][5] = float("nan")  # a frame where the cube was not found
+    out = compare(drawn, recorded)
+    assert out["closing_ratio"] == pytest.approx(0.5)
+    assert out["closing_pearson"] == pytest.approx(1.0)
+    assert out["closing_px"]["recorded_mean"] == pytest.approx(10.0)
+    assert out["distance_error_px"]["h1"] == pytest.approx(0.0)  # the first frame: both the start
+    assert out["distance_error_px"]["h31"] == pytest.approx(5.0)  # half of 4..16 px, at the last step
+    lost = compare([[float("nan")] * 31] + drawn[1:], recorded)  # never seen in one drawn episode: left out
+    assert lost["episodes_seen_in_both"] == 3

@@ -132,3 +132,6 @@ def test_push_replays_read_the_cube_and_its_square_in_drawn_and_recorded_frames(
     for frames in ("drawn_frames", "recorded_frames"):
         ci = reading[frames]["auroc_ci95"]
         assert ci["low"] <= ci["value"] <= ci["high"]
+    push = reading["drawn_vs_recorded"]
+    assert 0 <= push["episodes_seen_in_both"] <= len(recording["episodes"])
+    assert set(push["distance_error_px"]) <= {"h1", "h6"}  # the horizon is 6 steps
