@@ -27,7 +27,8 @@ Measures, with the real actions unless said otherwise:
 Prints tables and writes benchmarks/results/<name>.json, issue 24's targets under `targets_issue24`;
 `--strip_path=x.png` also draws a few windows at chosen horizon steps (real | drawn | shuffled actions);
 `--lost_strip_path=y.png` the same for windows whose drawn last frame lost the cube. `--guidance_scale`,
-`--sampler_method` and `--still_threshold` score the model under another sampler than its own.
+`--sampler_method` and `--still_threshold` score the model under another sampler than its own;
+`--split=train` scores windows of the model's training episodes instead of the held-out ones.
 
     python benchmarks/world_model_fidelity.py --model_path=outputs/world_model/push/pretrained_model \
         --dataset.root=outputs/data/push_wm --eval.max_windows=64 --name=world_model_fidelity_push
@@ -49,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._common import write_result  # noqa: E402
-from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
 from worldloop.data.features import ENVIRONMENT_STATE, image_key  # noqa: E402
@@ -111,7 +112,14 @@ class FidelityBenchmarkConfig:
     # A pretrained_model dir whose IDM (trained on real frames only) also scores action following: a model
     # trained against its own IDM (model.self_rollout_idm_weight) is judged by one it never saw.
     referee_idm: str = ""
+    # Whose windows are scored: `held_out` (the figure) or `train` (the model's own training episodes, split as
+    # it was trained: what fitting alone reaches, beside what generalises)
+    split: str = "held_out"
     name: str = "world_model_fidelity"  # benchmarks/results/<name>.json
+
+    def validate(self) -> None:
+        if self.split not in ("held_out", "train"):
+            raise ConfigError(f"split={self.split!r}: expected held_out or train")
 
 
 def subset(w: HeldOutWindows, n: int, length: int | None = None) -> HeldOutWindows:
@@ -254,6 +262,7 @@ def main() -> None:
 
 def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     """Every measurement of the module docstring; prints the tables and returns the figures."""
+    cfg.validate()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model = WorldModel.from_pretrained(cfg.model_path)
@@ -267,15 +276,16 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     cfg.dataset.root = cfg.dataset.root or "outputs/data/tabletop"
     # Cameras, frame size and resize as the checkpoint says (a contradicting --dataset.* is an error).
     dataset = EpisodeDataset(dataset_config_for(model.cfg, cfg.dataset))
-    _, held = dataset.split()
-    windows = held_out_windows(dataset, held, cfg.eval)
+    train, held = dataset.split()
+    windows = held_out_windows(dataset, held if cfg.split == "held_out" else train, cfg.eval)
     if windows is None:
         raise SystemExit(
-            f"no held-out episode of {dataset.root} has {cfg.eval.context + cfg.eval.horizon} frames"
+            f"no {cfg.split} episode of {dataset.root} has {cfg.eval.context + cfg.eval.horizon} frames"
         )
     ctx, steps = cfg.eval.context, cfg.steps or model.cfg.sampler.steps
     figures: dict = {
         "model_path": cfg.model_path,
+        "split": cfg.split,
         "windows": len(windows),
         "sampler_steps": steps,
         "sampler_method": model.cfg.sampler.method,

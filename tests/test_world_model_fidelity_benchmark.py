@@ -9,6 +9,7 @@ import pytest
 from conftest import record_tiny_push
 
 from benchmarks.world_model_fidelity import FidelityBenchmarkConfig, run_benchmark
+from worldloop.common.config import ConfigError
 from worldloop.data.dataset import DatasetConfig
 from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
@@ -60,6 +61,7 @@ def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model, tmp
         )
     )
     assert figures["windows"] == 4 and len(figures["curves"]["ssim"]) == horizon
+    assert figures["split"] == "held_out"
     assert figures["sampler_still_threshold"] == 0.1
     strip = imageio.imread(figures["strip"])
     # 2 windows (each with a 2-pixel gap under it) by 2 steps of real | drawn | shuffled (a 4-pixel gap between)
@@ -86,6 +88,11 @@ def test_fidelity_benchmark_smoke_run_scores_the_pushed_cube(push_and_model, tmp
     curves = figures["curves"]
     assert curves["idm_error_generated_referee"] == curves["idm_error_generated"]
     assert targets["idm_error_ratio_h30_referee"] == targets["idm_error_ratio_h30"]
+
+
+def test_an_unknown_split_is_refused_by_name():
+    with pytest.raises(ConfigError, match="split='test': expected held_out or train"):
+        run_benchmark(FidelityBenchmarkConfig(split="test"))
 
 
 def test_a_referee_idm_of_another_frame_size_is_refused(push_and_model, tmp_path):
