@@ -9,10 +9,15 @@ as `train_world_model.py` builds it and trained for `warmup` + `steps` steps on 
 backward and the optimiser. A full run also spends time on its end-of-run evaluation and calibrations, which
 this leaves out: `recipe_minutes` is a floor for what `training.json` records. Issue 24 asks for a recipe that
 trains in at most 60 minutes on 2 CPU cores; this measures it in a few minutes on the host at hand.
+
+`--mixed_precision=bf16` times both phases as `--train.mixed_precision=bf16` trains them (forward under bf16
+autocast, the weights and the optimiser in fp32): on CPUs with AVX-512 BF16 it is the one precision lever a CPU
+has. What it does to the model's quality is a training-seed comparison, not this benchmark's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -50,6 +55,7 @@ class StepTimeBenchmarkConfig:
     warmup: int = 3  # untimed steps first (allocator, oneDNN primitives)
     threads: int = 0  # torch threads; 0 -> torch's default
     seed: int = 0  # train.seed: the initial weights and the data order
+    mixed_precision: str = "no"  # no | bf16: as train.mixed_precision (fp16 needs a GPU's grad scaler)
     name: str = "world_model_step_time"
 
 
@@ -63,9 +69,18 @@ def phase_config(cfg: StepTimeBenchmarkConfig, extra: tuple[str, ...]) -> TrainW
             cfg.train_config,
             f"--dataset.root={cfg.dataset.root}",
             f"--train.seed={cfg.seed}",
+            # Only bf16 is passed: the CLI reads a bare `no` as YAML's False (a str field then holds 'False').
+            *([f"--train.mixed_precision={cfg.mixed_precision}"] if cfg.mixed_precision != "no" else []),
             *extra,
         ],
     )
+
+
+def step_autocast(train: TrainWorldModelConfig) -> contextlib.AbstractContextManager:
+    """The forward's precision context, as accelerate's CPU autocast gives it for `train.mixed_precision`."""
+    if train.train.mixed_precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def time_phase(train: TrainWorldModelConfig, steps: int, warmup: int) -> dict[str, float]:
@@ -92,7 +107,8 @@ def time_phase(train: TrainWorldModelConfig, steps: int, warmup: int) -> dict[st
             batches = iter(loader)
             batch = next(batches)
         t1 = time.perf_counter()
-        loss, _ = model(batch)
+        with step_autocast(train):
+            loss, _ = model(batch)
         t2 = time.perf_counter()
         loss.backward()
         t3 = time.perf_counter()
@@ -109,6 +125,10 @@ def time_phase(train: TrainWorldModelConfig, steps: int, warmup: int) -> dict[st
 def run_benchmark(cfg: StepTimeBenchmarkConfig) -> dict:
     if cfg.steps < 1 or cfg.warmup < 0:
         raise ValueError(f"steps={cfg.steps}, warmup={cfg.warmup}: expected steps >= 1 and warmup >= 0")
+    if cfg.mixed_precision not in ("no", "bf16"):
+        raise ValueError(
+            f"mixed_precision={cfg.mixed_precision!r}: expected no or bf16 (the CPU's precisions)"
+        )
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     first = phase_config(cfg, TEACHER_FORCING_PHASE_ARGS)
@@ -120,6 +140,7 @@ def run_benchmark(cfg: StepTimeBenchmarkConfig) -> dict:
     figures = {
         "phases": phases,
         "recipe_minutes": {**minutes, "total": sum(minutes.values())},
+        "mixed_precision": cfg.mixed_precision,
         "torch_threads": torch.get_num_threads(),
         "timed_steps": cfg.steps,
     }

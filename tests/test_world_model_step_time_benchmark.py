@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from conftest import record_tiny_push
 
-from benchmarks.world_model_step_time import StepTimeBenchmarkConfig, run_benchmark
+from benchmarks.world_model_step_time import (
+    StepTimeBenchmarkConfig,
+    phase_config,
+    run_benchmark,
+    step_autocast,
+)
 from worldloop.data.dataset import DatasetConfig
 
 
@@ -29,3 +35,28 @@ def test_step_time_benchmark_times_both_phases_and_sums_the_recipe(tmp_path):
 def test_step_time_benchmark_needs_a_dataset():
     with pytest.raises(ValueError, match="dataset.root"):
         run_benchmark(StepTimeBenchmarkConfig())
+
+
+def test_bf16_times_the_forward_under_bf16_autocast_and_fp32_does_not(tmp_path):
+    root = record_tiny_push(tmp_path / "push", episodes=3, image_size=64, max_steps=12)
+    for precision, dtype in (("no", torch.float32), ("bf16", torch.bfloat16)):
+        cfg = StepTimeBenchmarkConfig(dataset=DatasetConfig(root=str(root)), mixed_precision=precision)
+        train = phase_config(cfg, ())
+        assert train.train.mixed_precision == precision
+        with step_autocast(train):
+            assert (torch.ones(2, 3) @ torch.ones(3, 2)).dtype == dtype
+    figures = run_benchmark(
+        StepTimeBenchmarkConfig(
+            dataset=DatasetConfig(root=str(root)),
+            steps=1,
+            warmup=0,
+            self_rollout_steps=10,
+            mixed_precision="bf16",
+        )
+    )
+    assert figures["mixed_precision"] == "bf16" and figures["phases"]["self_rollout"]["step_ms"] > 0
+
+
+def test_step_time_benchmark_refuses_fp16_by_name(tmp_path):
+    with pytest.raises(ValueError, match="mixed_precision='fp16'"):
+        run_benchmark(StepTimeBenchmarkConfig(dataset=DatasetConfig(root="x"), mixed_precision="fp16"))
