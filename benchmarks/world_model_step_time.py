@@ -69,8 +69,7 @@ def phase_config(cfg: StepTimeBenchmarkConfig, extra: tuple[str, ...]) -> TrainW
             cfg.train_config,
             f"--dataset.root={cfg.dataset.root}",
             f"--train.seed={cfg.seed}",
-            # Only bf16 is passed: the CLI reads a bare `no` as YAML's False (a str field then holds 'False').
-            *([f"--train.mixed_precision={cfg.mixed_precision}"] if cfg.mixed_precision != "no" else []),
+            f"--train.mixed_precision={cfg.mixed_precision}",
             *extra,
         ],
     )

@@ -50,6 +50,29 @@ def _known_keys(cls: type, prefix: str = "") -> set[str]:
     return keys
 
 
+def _field_hint(cls: type, dotted: str) -> object:
+    """The annotation of the field a dotted key names (`train.mixed_precision` -> str), None if not resolved."""
+    *parents, name = dotted.split(".")
+    owner: type | None = cls
+    for part in parents:
+        f = {f.name: f for f in dataclasses.fields(owner)}.get(part)
+        owner = _field_class(owner, f) if f is not None else None
+        if owner is None:
+            return None
+    try:
+        return typing.get_type_hints(owner).get(name)
+    except (NameError, TypeError):
+        return None
+
+
+def _keep_text(cls: type, key: str, value: str) -> str:
+    """`value` quoted where the field is a str and YAML would read it as a bool (`no`, `off`, `yes`): draccus
+    reads override values as YAML, and `--train.mixed_precision=no` would otherwise hold 'False'."""
+    if _field_hint(cls, key) is str and isinstance(yaml.safe_load(value or "''"), bool):
+        return f"'{value}'"
+    return value
+
+
 def _check_yaml_keys(cls: type, data: dict, path: Path, prefix: str = "") -> None:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key, value in data.items():
@@ -125,16 +148,20 @@ def parse_cli(config_class: type[T], args: Sequence[str] | None = None) -> T:
     known = _known_keys(config_class)
     choice_keys = {k.removesuffix(".type") for k in known if k.endswith(".type")}
     expects_value = False
+    key, overrides = "", []
     for a in rest:
         if a in ("-h", "--help"):
+            overrides.append(a)
             continue
         if not a.startswith("--"):
             if not expects_value:
                 raise ConfigError(f"unexpected argument {a!r}; overrides look like --key.subkey=value")
             expects_value = False
+            overrides.append(_keep_text(config_class, key, a))
             continue
-        key = a[2:].split("=", 1)[0]
-        expects_value = "=" not in a
+        key, eq, value = a[2:].partition("=")
+        expects_value = not eq
+        overrides.append(f"--{key}={_keep_text(config_class, key, value)}" if eq else a)
         if key not in known:
             raise ConfigError(f"unknown option --{key} for {config_class.__name__}")
         if key in choice_keys:
@@ -142,7 +169,7 @@ def parse_cli(config_class: type[T], args: Sequence[str] | None = None) -> T:
                 f"--{key} is a choice: select it with --{key}.type=<name>, then --{key}.<field>=..."
             )
     try:
-        return draccus.parse(config_class, config_path=config_path, args=rest, exit_on_error=False)
+        return draccus.parse(config_class, config_path=config_path, args=overrides, exit_on_error=False)
     except (
         argparse.ArgumentError,
         draccus.ParsingError,

@@ -29,6 +29,12 @@ def test_yaml_then_overrides(tmp_path):
     assert cfg == Cfg(model=ModelCfg(depth=7, width=32), lr=0.5, name="x")
 
 
+def test_a_str_override_that_yaml_reads_as_a_bool_keeps_its_text():
+    assert parse_cli(Cfg, ["--name=no"]).name == "no"
+    assert parse_cli(Cfg, ["--name", "off"]).name == "off"
+    assert parse_cli(Cfg, ["--name=yes", "--model.depth=3"]) == Cfg(model=ModelCfg(depth=3), name="yes")
+
+
 def test_round_trip(tmp_path):
     cfg = Cfg(model=ModelCfg(depth=2), lr=0.25)
     save_config(cfg, tmp_path / "config.yaml")

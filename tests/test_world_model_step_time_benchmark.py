@@ -57,6 +57,6 @@ def test_bf16_times_the_forward_under_bf16_autocast_and_fp32_does_not(tmp_path):
     assert figures["mixed_precision"] == "bf16" and figures["phases"]["self_rollout"]["step_ms"] > 0
 
 
-def test_step_time_benchmark_refuses_fp16_by_name(tmp_path):
+def test_step_time_benchmark_refuses_fp16_by_name():
     with pytest.raises(ValueError, match="mixed_precision='fp16'"):
         run_benchmark(StepTimeBenchmarkConfig(dataset=DatasetConfig(root="x"), mixed_precision="fp16"))
