@@ -46,6 +46,7 @@ from worldloop.common.checkpoint import (
     save_torch,
 )
 from worldloop.common.ema import EMA
+from worldloop.common.run_record import cpu_model
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
 SaveFn = Callable[[nn.Module, Path], None]
@@ -118,6 +119,20 @@ def check_launcher_flags(cfg: TrainLoopConfig, env: dict[str, str] | None = None
             f"--train.mixed_precision={precision} to change it"
         )
     return None
+
+
+def cpu_bf16_note(cfg: TrainLoopConfig, extensions: list[str] | None) -> str | None:
+    """A warning for bf16 trained on a CPU whose `extensions` (run_record.cpu_model's) lack bf16 instructions:
+    there it is emulated, and a step took 10x longer than fp32 (docs/experiments.md, 2026-12-04). None where
+    bf16 is not asked for, a GPU trains, or the extensions are unknown."""
+    if cfg.mixed_precision != "bf16" or torch.cuda.is_available() or extensions is None:
+        return None
+    if {"avx512_bf16", "amx_tile"} & set(extensions):
+        return None
+    return (
+        "train.mixed_precision='bf16' on a CPU without bf16 instructions (no avx512_bf16 or amx): it is "
+        "emulated and was measured 10x slower than fp32 here; pass --train.mixed_precision=no"
+    )
 
 
 def lr_lambda(cfg: TrainLoopConfig) -> Callable[[int], float]:
@@ -211,8 +226,10 @@ def run_training(
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.find_unused_parameters)],
     )
     rank, world = accelerator.process_index, accelerator.num_processes
-    if launcher_note and accelerator.is_main_process:
-        logger.warning(launcher_note)
+    precision_note = cpu_bf16_note(cfg, cpu_model()["cpu_extensions"])
+    for note in (launcher_note, precision_note):
+        if note and accelerator.is_main_process:
+            logger.warning(note)
     if accelerator.device.type == "cpu" and world > 1 and "OMP_NUM_THREADS" not in os.environ:
         # Several CPU processes on one machine: split the cores instead of oversubscribing them.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))

@@ -7,11 +7,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+import torch
 from test_training_loop import LinearData, Recorder, cfg, save_fn
 from torch import nn
 
 from worldloop.common.checkpoint import load_torch
-from worldloop.common.training import check_launcher_flags, run_training
+from worldloop.common.training import check_launcher_flags, cpu_bf16_note, run_training
 
 ACCUM = "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"
 PRECISION = "ACCELERATE_MIXED_PRECISION"
@@ -47,3 +48,12 @@ def test_a_matching_flag_keeps_one_optimiser_step_per_loop_step(tmp_path, monkey
         run_training(nn.Linear(4, 1), LinearData(), rec, cfg(grad_accum=2), tmp_path / "b", save_fn)
     assert len(rec.losses) == 16 and _optimiser_steps(tmp_path / "b") == [8]
     assert any("--train.mixed_precision=fp16" in r.getMessage() for r in caplog.records)
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_is_warned_of():
+    if torch.cuda.is_available():
+        pytest.skip("the note is for CPU training")
+    assert "emulated" in cpu_bf16_note(cfg(mixed_precision="bf16"), ["avx2"])
+    assert cpu_bf16_note(cfg(mixed_precision="bf16"), ["avx2", "avx512f", "avx512_bf16"]) is None
+    assert cpu_bf16_note(cfg(mixed_precision="bf16"), None) is None  # unknown: no claim
+    assert cpu_bf16_note(cfg(), ["avx2"]) is None
