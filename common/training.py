@@ -121,17 +121,17 @@ def check_launcher_flags(cfg: TrainLoopConfig, env: dict[str, str] | None = None
     return None
 
 
-def cpu_bf16_note(cfg: TrainLoopConfig, extensions: list[str] | None) -> str | None:
+def cpu_bf16_note(cfg: TrainLoopConfig, device_type: str, extensions: list[str] | None) -> str | None:
     """A warning for bf16 trained on a CPU whose `extensions` (run_record.cpu_model's) lack bf16 instructions:
     there it is emulated, and a step took 10x longer than fp32 (docs/experiments.md, 2026-12-04). None where
-    bf16 is not asked for, a GPU trains, or the extensions are unknown."""
-    if cfg.mixed_precision != "bf16" or torch.cuda.is_available() or extensions is None:
+    bf16 is not asked for, the training device (`device_type`) is not the CPU, or the extensions are unknown."""
+    if cfg.mixed_precision != "bf16" or device_type != "cpu" or extensions is None:
         return None
     if {"avx512_bf16", "amx_tile"} & set(extensions):
         return None
     return (
         "train.mixed_precision='bf16' on a CPU without bf16 instructions (no avx512_bf16 or amx): it is "
-        "emulated and was measured 10x slower than fp32 here; pass --train.mixed_precision=no"
+        "emulated, and was measured 10x slower than fp32 on such a CPU; pass --train.mixed_precision=no"
     )
 
 
@@ -226,7 +226,7 @@ def run_training(
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.find_unused_parameters)],
     )
     rank, world = accelerator.process_index, accelerator.num_processes
-    precision_note = cpu_bf16_note(cfg, cpu_model()["cpu_extensions"])
+    precision_note = cpu_bf16_note(cfg, accelerator.device.type, cpu_model()["cpu_extensions"])
     for note in (launcher_note, precision_note):
         if note and accelerator.is_main_process:
             logger.warning(note)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 
 import pytest
-import torch
 from test_training_loop import LinearData, Recorder, cfg, save_fn
 from torch import nn
 
@@ -51,9 +50,8 @@ def test_a_matching_flag_keeps_one_optimiser_step_per_loop_step(tmp_path, monkey
 
 
 def test_bf16_on_a_cpu_without_bf16_instructions_is_warned_of():
-    if torch.cuda.is_available():
-        pytest.skip("the note is for CPU training")
-    assert "emulated" in cpu_bf16_note(cfg(mixed_precision="bf16"), ["avx2"])
-    assert cpu_bf16_note(cfg(mixed_precision="bf16"), ["avx2", "avx512f", "avx512_bf16"]) is None
-    assert cpu_bf16_note(cfg(mixed_precision="bf16"), None) is None  # unknown: no claim
-    assert cpu_bf16_note(cfg(), ["avx2"]) is None
+    assert "emulated" in cpu_bf16_note(cfg(mixed_precision="bf16"), "cpu", ["avx2"])
+    assert cpu_bf16_note(cfg(mixed_precision="bf16"), "cpu", ["avx2", "avx512f", "avx512_bf16"]) is None
+    assert cpu_bf16_note(cfg(mixed_precision="bf16"), "cpu", None) is None  # unknown: no claim
+    assert cpu_bf16_note(cfg(), "cpu", ["avx2"]) is None
+    assert cpu_bf16_note(cfg(mixed_precision="bf16"), "cuda", ["avx2"]) is None  # a GPU trains
