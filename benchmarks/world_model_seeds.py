@@ -14,6 +14,10 @@ no `max_rise` figure rose by more than its allowance (`'--max_rise={cube_error@3
 win to have), no `max_drop` figure fell by more than its (`'--max_drop={cube_r: 0.05}'`), and every candidate
 draws frames above copy-last in SSIM and PSNR at every horizon (unless `--beat_copy_last=false`). This script
 only reads results; it trains and scores nothing.
+
+Each result's machine (the CPU model and vector extensions of the host that scored it, which in the seeds
+pipeline also trained it) is reported beside it, and a pair measured on two hosts is named: fp32 training
+reproduces bit for bit only on one host kind, so such a pair's difference holds the host's and the candidate's.
 """
 
 from __future__ import annotations
@@ -131,6 +135,14 @@ def read_figures(path: str | Path) -> tuple[dict[str, float], tuple[int, str]]:
     return out, (int(figures.get("windows", 0)), root)
 
 
+def read_host(path: str | Path) -> str:
+    """The host a result was measured on, "<cpu model> [<extensions>]"; "" where its record names none."""
+    machine = json.loads(Path(path).read_text()).get("machine") or {}
+    if not machine.get("cpu_model"):
+        return ""
+    return f"{machine['cpu_model']} [{' '.join(machine.get('cpu_extensions') or [])}]"
+
+
 def compare(
     baseline: list[dict[str, float]], candidate: list[dict[str, float]], cfg: SeedComparisonConfig
 ) -> dict:
@@ -195,6 +207,10 @@ def main() -> None:
     windows = scored_on.pop()[0]
     result = compare([f for f, _ in runs["baseline"]], [f for f, _ in runs["candidate"]], cfg)
     result |= {"baseline_files": cfg.baseline, "candidate_files": cfg.candidate, "windows": windows}
+    hosts = {arm: [read_host(p) for p in getattr(cfg, arm)] for arm in ("baseline", "candidate")}
+    result["hosts"] = hosts | {
+        "differ_per_seed": [b != c for b, c in zip(hosts["baseline"], hosts["candidate"])]
+    }
     rows = []
     for name, f in result["figures"].items():
         d = f["difference"]
@@ -212,6 +228,12 @@ def main() -> None:
         f"at most this much higher {cfg.max_rise}, at most this much lower {cfg.max_drop}, above copy-last "
         f"everywhere: {cfg.beat_copy_last})"
     )
+    for i, differ in enumerate(result["hosts"]["differ_per_seed"]):
+        if differ:
+            print(
+                f"seed pair {i}: measured on different hosts (baseline {hosts['baseline'][i] or 'unrecorded'}, "
+                f"candidate {hosts['candidate'][i] or 'unrecorded'}): its difference holds the host's too"
+            )
     path = write_result(cfg.name, result, " ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     print(f"wrote {path}")
 

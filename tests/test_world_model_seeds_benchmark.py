@@ -12,15 +12,19 @@ import benchmarks._common
 from benchmarks.world_model_seeds import FIGURES, SeedComparisonConfig, compare, main, read_figures
 
 
-def fidelity_result(path, ssim30: float, idm: float, windows: int = 64, root: str = "outputs/data/push_wm"):
-    """A fidelity-shaped JSON whose every figure is 1.0 but SSIM@30 and the IDM ratio, scored on `root`."""
+def fidelity_result(
+    path, ssim30: float, idm: float, windows: int = 64, root: str = "outputs/data/push_wm", cpu: str = "CPU A"
+):
+    """A fidelity-shaped JSON whose every figure is 1.0 but SSIM@30 and the IDM ratio, scored on `root` on a
+    host whose CPU model is `cpu`."""
     ssim = [1.0] * 30
     ssim[29] = ssim30
     issue = {key: 1.0 for section, key, _ in FIGURES.values() if section == "targets_issue24"}
     issue["idm_error_ratio_h30"] = idm
     figures = {"windows": windows, "curves": {"ssim": ssim, "psnr": [20.0] * 30}, "targets_issue24": issue}
     command = f"python benchmarks/world_model_fidelity.py --model_path=m '--dataset.root={root}' --eval.max_windows=64"
-    path.write_text(json.dumps({"command": command, "figures": figures}))
+    machine = {"cpu_model": cpu, "cpu_extensions": ["avx2", "avx512f"]}
+    path.write_text(json.dumps({"command": command, "machine": machine, "figures": figures}))
     return str(path)
 
 
@@ -125,9 +129,12 @@ def test_bad_inputs_name_the_file_or_field(tmp_path, monkeypatch):
     assert read_figures(whole)[1] == read_figures(a)[1] == (64, str(ROOT / "outputs/data/push_wm"))
 
 
-def test_main_writes_the_comparison(tmp_path, monkeypatch):
+def test_main_writes_the_comparison(tmp_path, monkeypatch, capsys):
     a = [fidelity_result(tmp_path / f"a{i}.json", 0.8 + i / 100, 8.0) for i in range(3)]
-    b = [fidelity_result(tmp_path / f"b{i}.json", 0.79, 9.0) for i in range(3)]
+    b = [
+        fidelity_result(tmp_path / f"b{i}.json", 0.79, 9.0, cpu="CPU B" if i == 2 else "CPU A")
+        for i in range(3)
+    ]
     monkeypatch.setattr(benchmarks._common, "RESULTS", tmp_path / "results")
     args = [f"--baseline=[{','.join(a)}]", f"--candidate=[{','.join(b)}]", "--name=seeds_test"]
     monkeypatch.setattr(sys, "argv", ["world_model_seeds.py", *args])
@@ -136,6 +143,11 @@ def test_main_writes_the_comparison(tmp_path, monkeypatch):
     assert written["figures"]["kept"] is False
     assert written["figures"]["seeds"] == 3
     assert written["figures"]["candidate_files"] == b
+    # the third pair was measured on another host, and is named as such
+    hosts = written["figures"]["hosts"]
+    assert hosts["differ_per_seed"] == [False, False, True]
+    assert hosts["candidate"][2] == "CPU B [avx2 avx512f]"
+    assert "seed pair 2: measured on different hosts" in capsys.readouterr().out
 
 
 def test_a_result_name_is_a_file_name_not_a_path():
