@@ -76,9 +76,10 @@ def phase_config(cfg: StepTimeBenchmarkConfig, extra: tuple[str, ...]) -> TrainW
 
 
 def step_autocast(train: TrainWorldModelConfig) -> contextlib.AbstractContextManager:
-    """The forward's precision context, as accelerate's CPU autocast gives it for `train.mixed_precision`."""
+    """The forward's precision context, as the trainer's accelerator gives it for `train.mixed_precision`:
+    CPU autocast without its weight cache (common/training.py says why)."""
     if train.train.mixed_precision == "bf16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)
     return contextlib.nullcontext()
 
 
@@ -111,6 +112,13 @@ def time_phase(train: TrainWorldModelConfig, steps: int, warmup: int) -> dict[st
         t2 = time.perf_counter()
         loss.backward()
         t3 = time.perf_counter()
+        if i == 0:
+            # a step that trains only part of the model is cheaper and is not the trainer's step
+            untrained = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+            if untrained:
+                raise RuntimeError(
+                    f"the timed step leaves {len(untrained)} parameters untrained: {untrained[:4]}"
+                )
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         t4 = time.perf_counter()

@@ -213,7 +213,7 @@ def run_training(
 ) -> nn.Module:
     """Train `model` on `train_dataset`; returns the EMA (or raw) unwrapped model. See the module docstring."""
     from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs, gather_object
+    from accelerate.utils import AutocastKwargs, DistributedDataParallelKwargs, gather_object
 
     _validate(cfg)
     launcher_note = check_launcher_flags(cfg)
@@ -223,7 +223,14 @@ def run_training(
         gradient_accumulation_steps=cfg.grad_accum,
         log_with=None if cfg.report_to == "none" else cfg.report_to,
         project_dir=str(output_dir / "logs"),
-        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.find_unused_parameters)],
+        kwargs_handlers=[
+            DistributedDataParallelKwargs(find_unused_parameters=cfg.find_unused_parameters),
+            # Autocast caches each weight's low-precision copy until its outermost region ends. A model whose
+            # forward runs a pass under no_grad first (the world model's context and self-rollout passes)
+            # would cache copies without a graph, and the passes after would train nothing through them:
+            # under bf16 the DiT got no gradient at all and its output layer stayed at its zero init.
+            AutocastKwargs(cache_enabled=False),
+        ],
     )
     rank, world = accelerator.process_index, accelerator.num_processes
     precision_note = cpu_bf16_note(cfg, accelerator.device.type, cpu_model()["cpu_extensions"])

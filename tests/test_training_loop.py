@@ -112,3 +112,47 @@ def test_epoch_batches_split_ranks_without_overlap():
     assert len(flat[0]) == len(flat[1]) == 24
     assert not set(flat[0]) & set(flat[1])
     assert EpochBatches(50, 4, seed=1, rank=0, world_size=2).epoch(3, start_batch=2) == per_rank[0][2:]
+
+
+class PeekThenFit(nn.Module):
+    """A forward that first runs its layer without a graph (as the world model's context and self-rollout
+    passes do), then with one."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.lin(x)
+        return self.lin(x)
+
+
+@pytest.fixture
+def fresh_accelerate_state():
+    """Accelerate keeps one process-wide state whose precision is fixed by the first Accelerator: a bf16 run
+    among fp32 ones needs it cleared before, and after for the tests that follow."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_bf16_trains_weights_that_a_no_grad_pass_used_first(tmp_path, fresh_accelerate_state):
+    # Autocast's weight cache would hand the second pass the first pass's graphless bf16 copy: the loss would
+    # still be computed, and the weight would never move.
+    torch.manual_seed(0)
+    model = PeekThenFit()
+    start = model.lin.weight.detach().clone()
+    rec = Recorder()
+    run_training(
+        model,
+        LinearData(),
+        rec,
+        cfg(steps=60, checkpoint_every=30, ema_decay=0.0, mixed_precision="bf16"),
+        tmp_path,
+        save_fn,
+    )
+    assert not torch.equal(model.lin.weight.detach(), start)
+    assert sum(rec.losses[-5:]) < 0.2 * sum(rec.losses[:5])
