@@ -436,18 +436,28 @@ def run_benchmark(cfg: FidelityBenchmarkConfig) -> dict:
     return figures
 
 
+# "Above copy-last" means above by more than float rounding: a model that draws the last frame again scored
+# 1e-5 SSIM above copying it (docs/experiments.md, 2026-12-04, the bf16 autocast fault). Real models' smallest
+# margins over 30 horizons were 0.004 SSIM (gym-pusht) and 0.053 SSIM, 2.2 dB (push): none changes.
+ABOVE_COPY_LAST_MARGIN = {"ssim": 1e-4, "psnr": 0.01}  # SSIM units, dB
+
+
+def above_copy_last(curves: dict, key: str, every: range) -> bool:
+    """curves[key] above curves[key + '_copy_last'] by more than its margin at every horizon in `every`."""
+    margin = ABOVE_COPY_LAST_MARGIN["ssim" if key == "ssim" else "psnr"]
+    return all(curves[key][h] > curves[f"{key}_copy_last"][h] + margin for h in every)
+
+
 def issue24_targets(curves: dict, figures: dict, horizon: int) -> dict:
     """Issue 24's targets (push), each figure next to whether it is met (None: not measured here)."""
     h10, last = min(10, horizon) - 1, horizon - 1
     every = range(horizon)
     out: dict = {
-        "ssim_above_copy_last_every_h": all(curves["ssim"][h] > curves["ssim_copy_last"][h] for h in every),
-        "psnr_above_copy_last_every_h": all(curves["psnr"][h] > curves["psnr_copy_last"][h] for h in every),
+        "ssim_above_copy_last_every_h": above_copy_last(curves, "ssim", every),
+        "psnr_above_copy_last_every_h": above_copy_last(curves, "psnr", every),
         # Beside the target (the mean of per-frame PSNR): the PSNR of the pooled error, and how many windows
         # did not change at h1 (copy-last scores 100 dB on each of them in the per-frame mean).
-        "psnr_pooled_above_copy_last_every_h": all(
-            curves["psnr_pooled"][h] > curves["psnr_pooled_copy_last"][h] for h in every
-        ),
+        "psnr_pooled_above_copy_last_every_h": above_copy_last(curves, "psnr_pooled", every),
         "unchanged_fraction_h1": curves["unchanged_fraction"][0],
         "shuffled_actions_ssim_drop_h10": curves["ssim"][h10] - curves["ssim_shuffled_actions"][h10],
         "idm_error_ratio_h30": curves["idm_error_generated"][last] / curves["idm_error_real"][last],

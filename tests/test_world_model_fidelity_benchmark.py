@@ -142,3 +142,20 @@ def test_push_replays_read_the_cube_and_its_square_in_drawn_and_recorded_frames(
     push = reading["drawn_vs_recorded"]
     assert 0 <= push["episodes_seen_in_both"] <= len(recording["episodes"])
     assert set(push["distance_error_px"]) <= {"h1", "h6"}  # the horizon is 6 steps
+
+
+def test_above_copy_last_needs_more_than_float_rounding():
+    from benchmarks.world_model_fidelity import above_copy_last
+
+    copy = [0.9, 0.8, 0.7]
+    curves = {
+        "ssim_copy_last": copy,
+        "ssim": [c + 1e-5 for c in copy],
+    }  # a model drawing the last frame again
+    assert not above_copy_last(curves, "ssim", range(3))
+    curves["ssim"] = [c + 0.004 for c in copy]
+    assert above_copy_last(curves, "ssim", range(3))
+    curves["ssim"][1] = copy[1] - 0.01  # one horizon where copying wins
+    assert not above_copy_last(curves, "ssim", range(3))
+    assert above_copy_last({"psnr": [20.05], "psnr_copy_last": [20.0]}, "psnr", range(1))
+    assert not above_copy_last({"psnr": [20.005], "psnr_copy_last": [20.0]}, "psnr", range(1))
