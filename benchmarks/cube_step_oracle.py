@@ -39,14 +39,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._common import write_result  # noqa: E402
-from benchmarks.world_model_fidelity import object_truth  # noqa: E402
+from benchmarks.world_model_fidelity import instructed_cube_xyz, object_truth  # noqa: E402
 from worldloop.common.config import ConfigError, parse_cli  # noqa: E402
 from worldloop.common.rng import torch_seeded  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset  # noqa: E402
 from worldloop.data.features import ENVIRONMENT_STATE  # noqa: E402
 from worldloop.world_model.metrics import HeldOutWindows  # noqa: E402
-from worldloop.world_model.object_tracking import locate_each  # noqa: E402
+from worldloop.world_model.object_tracking import locate_each, move_slope, pearson  # noqa: E402
 from worldloop.world_model.trainer import EvalConfig, held_out_windows  # noqa: E402
 
 
@@ -133,7 +133,7 @@ def one_step_examples(
     last = torch.arange(horizon) + context - 1
     seen = ~torch.isnan(locate_each(frames[:, last], colours)[0][..., 0])
     span = torch.arange(context - 2, context - 1 + horizon)  # frames C-2 .. T-2
-    both = torch.cat([windows.state[:, span], cube_positions(dataset, windows, span)], -1)
+    both = torch.cat([windows.state[:, span], instructed_cube_xyz(dataset, windows, span)], -1)
     where = torch.stack(torch.meshgrid(torch.arange(n), torch.arange(horizon), indexing="ij"), -1).flatten(
         0, 1
     )
@@ -145,17 +145,6 @@ def one_step_examples(
         before=before.flatten(0, 1),
         seen=seen.flatten(0, 1),
     )
-
-
-def cube_positions(dataset: EpisodeDataset, windows: HeldOutWindows, frames: torch.Tensor) -> torch.Tensor:
-    """The instructed cube's recorded position (m) in the given frames of each window: [N, len(frames), 3]."""
-    from worldloop.sim.scene import CUBE_COLORS
-    from worldloop.sim.tasks import TaskInstance
-
-    state = torch.from_numpy(dataset.numeric_columns([ENVIRONMENT_STATE])[ENVIRONMENT_STATE]).float()
-    index = torch.tensor([CUBE_COLORS.index(TaskInstance.from_instruction(t).cube) for t in windows.task])
-    rows = state[windows.rows[:, None] + frames]  # [N, F, 3 x cubes]
-    return rows.view(*rows.shape[:2], len(CUBE_COLORS), 3)[torch.arange(len(index)), :, index]
 
 
 class FramesRegressor(nn.Module):
@@ -231,9 +220,8 @@ def slope_and_r(predicted: torch.Tensor, true: torch.Tensor) -> dict:
     Pearson r over x and y pooled; NaN with fewer than 3 steps."""
     if len(true) < 3:
         return {"slope": float("nan"), "r": float("nan"), "steps": len(true)}
-    p, t = predicted.flatten().double(), true.flatten().double()
-    r = torch.corrcoef(torch.stack([p, t]))[0, 1]
-    return {"slope": float((p * t).sum() / (t * t).sum()), "r": float(r), "steps": len(true)}
+    p, t = predicted.double(), true.double()
+    return {"slope": move_slope(p, t), "r": pearson(p.flatten(), t.flatten()), "steps": len(true)}
 
 
 def scores(predicted: torch.Tensor, move: torch.Tensor, seen: torch.Tensor, min_step: float) -> dict:

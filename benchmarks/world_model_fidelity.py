@@ -203,9 +203,28 @@ def object_truth(
             file=sys.stderr,
         )
         return None
+    from worldloop.sim.tabletop_sim import TabletopSim
+    from worldloop.sim.tasks import TaskInstance
+
+    total = windows.frames.shape[1]
+    xyz = instructed_cube_xyz(dataset, windows, torch.arange(context - 1, total))  # [N, H + 1, 3]
+    cubes = [TaskInstance.from_instruction(task).cube for task in windows.task]
+    sim = TabletopSim(cameras=(), image_size=windows.frames.shape[-1])
+    try:
+        pixels = torch.from_numpy(sim.project(camera, xyz.double().numpy())).float()
+        colours = [tuple(float(v) for v in sim.cube_colour(c)) for c in cubes]
+    finally:
+        sim.close()
+    return pixels[:, 1:], pixels[:, 0], colours
+
+
+def instructed_cube_xyz(
+    dataset: EpisodeDataset, windows: HeldOutWindows, frames: torch.Tensor
+) -> torch.Tensor:
+    """The instructed cube's recorded position (the sim's, m) in the given frames of each window: [N, len(frames), 3].
+    A ValueError naming the dataset where its `observation.environment_state` is not the tabletop sim's."""
     from worldloop.sim.scene import CUBE_COLORS
     from worldloop.sim.tabletop_env import ENVIRONMENT_STATE_NAMES
-    from worldloop.sim.tabletop_sim import TabletopSim
     from worldloop.sim.tasks import TaskInstance
 
     names = list(dataset.meta.features[ENVIRONMENT_STATE]["names"] or [])
@@ -214,20 +233,9 @@ def object_truth(
             f"{dataset.root}: {ENVIRONMENT_STATE} holds {names}; the tabletop sim records {ENVIRONMENT_STATE_NAMES}"
         )
     state = torch.from_numpy(dataset.numeric_columns([ENVIRONMENT_STATE])[ENVIRONMENT_STATE]).float()
-    total = windows.frames.shape[1]
-    frames = state[windows.rows[:, None] + torch.arange(context - 1, total)]  # [N, H + 1, 9]
-    cubes = [TaskInstance.from_instruction(task).cube for task in windows.task]  # the object to track
-    index = torch.tensor([CUBE_COLORS.index(c) for c in cubes])
-    xyz = frames.view(len(cubes), total - context + 1, len(CUBE_COLORS), 3)[
-        torch.arange(len(cubes)), :, index
-    ]
-    sim = TabletopSim(cameras=(), image_size=windows.frames.shape[-1])
-    try:
-        pixels = torch.from_numpy(sim.project(camera, xyz.double().numpy())).float()
-        colours = [tuple(float(v) for v in sim.cube_colour(c)) for c in cubes]
-    finally:
-        sim.close()
-    return pixels[:, 1:], pixels[:, 0], colours
+    index = torch.tensor([CUBE_COLORS.index(TaskInstance.from_instruction(t).cube) for t in windows.task])
+    rows = state[windows.rows[:, None] + frames]  # [N, F, 3 x cubes]
+    return rows.view(*rows.shape[:2], len(CUBE_COLORS), 3)[torch.arange(len(index)), :, index]
 
 
 def clip_reward_spread(model: WorldModel, windows: HeldOutWindows, context: int, steps: int, cfg) -> dict:

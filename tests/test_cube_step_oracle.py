@@ -11,12 +11,11 @@ from conftest import record_tiny_push
 
 from benchmarks.cube_step_oracle import (
     CubeStepOracleConfig,
-    cube_positions,
     one_step_examples,
     run_benchmark,
     slope_and_r,
 )
-from benchmarks.world_model_fidelity import object_truth
+from benchmarks.world_model_fidelity import instructed_cube_xyz, object_truth
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset
 from worldloop.world_model.trainer import EvalConfig, held_out_windows
 
@@ -43,7 +42,7 @@ def test_each_example_reads_the_frames_actions_and_state_before_its_step(push):
     ex = one_step_examples(dataset, windows, CONTEXT, "front")
     pixels, start, _ = object_truth(dataset, windows, CONTEXT, "front")
     assert len(ex.move) == len(windows.frames) * HORIZON
-    cubes = cube_positions(dataset, windows, torch.arange(windows.frames.shape[1]))
+    cubes = instructed_cube_xyz(dataset, windows, torch.arange(windows.frames.shape[1]))
     for i in (0, 1, HORIZON - 1, len(ex.move) - 1):
         w, k = divmod(i, HORIZON)
         last = CONTEXT - 1 + k  # the newest frame the step reads; it leads to frame last + 1

@@ -82,13 +82,14 @@ def centroid_distance(
     return torch.where(seen_a & seen_b, distance, torch.full_like(distance, float("nan")))
 
 
-def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
+def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Pearson r of two flat tensors; NaN where either does not vary."""
     a, b = a - a.mean(), b - b.mean()
     denom = (a.pow(2).sum() * b.pow(2).sum()).sqrt()
     return float((a * b).sum() / denom) if denom > 0 else float("nan")
 
 
-def _slope(moved: torch.Tensor, truth: torch.Tensor) -> float:
+def move_slope(moved: torch.Tensor, truth: torch.Tensor) -> float:
     """Least-squares slope through the origin of moves [n, 2] on the true moves [n, 2]: 1 moves as far as the
     truth, 0 not at all."""
     return float((moved * truth).sum() / truth.pow(2).sum())
@@ -167,13 +168,13 @@ def one_step_motion(
     area_pick = real_pick[:, :-1]
     area = drawn_pixels[:, :-1][area_pick] / before_pixels[:, 1:][area_pick]
     return {
-        "slope": _slope(d, t),
-        "r": _pearson(d.flatten(), t.flatten()),
-        "tracker_r": _pearson(tracked.flatten(), tracked_truth.flatten())
+        "slope": move_slope(d, t),
+        "r": pearson(d.flatten(), t.flatten()),
+        "tracker_r": pearson(tracked.flatten(), tracked_truth.flatten())
         if len(tracked) >= 3
         else float("nan"),
-        "tracker_slope": _slope(tracked, tracked_truth) if len(tracked) else float("nan"),
-        "persistence_slope": _slope(continued, continued_truth) if len(continued) else float("nan"),
+        "tracker_slope": move_slope(tracked, tracked_truth) if len(tracked) else float("nan"),
+        "persistence_slope": move_slope(continued, continued_truth) if len(continued) else float("nan"),
         "area_ratio": float(area.mean()) if len(area) else float("nan"),
         "steps": int(pick.sum()),
         "min_step_px": min_step,
@@ -222,7 +223,7 @@ def object_fidelity(
     moving = seen[:, -1] & (true_move.norm(dim=-1) >= min_move)
     pair = moving & found[:, -1]
     drawn_move = drawn_xy[:, -1] - start
-    r = _pearson(drawn_move[pair].flatten(), true_move[pair].flatten()) if pair.sum() >= 3 else float("nan")
+    r = pearson(drawn_move[pair].flatten(), true_move[pair].flatten()) if pair.sum() >= 3 else float("nan")
     return {
         "position_error": per_step(error, found),
         "found_rate": [float(found[:, h].sum() / seen[:, h].sum().clamp_min(1)) for h in range(horizon)],
