@@ -97,11 +97,27 @@ def load_model_weights(model: torch.nn.Module, path: str | Path, strict: bool = 
 
 def load_matching_weights(model: torch.nn.Module, path: str | Path) -> list[str]:
     """Load the tensors of `path` whose name and shape match the model's; return the names left as they
-    were (new parts, or parts whose shape changed), after saying which."""
+    were (new parts, or parts whose shape changed), after saying which.
+
+    A layer's weight that has only gained inputs (a 2-D linear or 4-D convolution weight, larger in dim 1 and
+    the same elsewhere; e.g. dit.previous_frames raised, whose extra frame's channels come after the old ones)
+    takes the old weights for its old inputs and zeros for the new: the model starts computing what the one it
+    came from computed, and training decides what the new inputs are worth. It counts as loaded."""
     state, own = load_tensors(path), model.state_dict()
     fitting = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
-    model.load_state_dict(fitting, strict=False)
-    fresh = sorted(k for k in own if k not in fitting)
+    grown = {}
+    for k, v in state.items():
+        mine = own.get(k)
+        if mine is None or k in fitting or v.dim() not in (2, 4) or mine.dim() != v.dim():
+            continue
+        if mine.shape[1] > v.shape[1] and mine.shape[:1] + mine.shape[2:] == v.shape[:1] + v.shape[2:]:
+            weight = torch.zeros_like(mine)
+            weight[:, : v.shape[1]] = v
+            grown[k] = weight
+    model.load_state_dict({**fitting, **grown}, strict=False)
+    if grown:
+        print(f"{path}: new inputs start at zero in {', '.join(sorted(grown))}")
+    fresh = sorted(k for k in own if k not in fitting and k not in grown)
     if fresh:
-        print(f"{path}: {len(fitting)} tensors loaded; kept fresh: {', '.join(fresh[:12])}")
+        print(f"{path}: {len(fitting) + len(grown)} tensors loaded; kept fresh: {', '.join(fresh[:12])}")
     return fresh

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from worldloop.common.checkpoint import load_matching_weights, save_tensors
 from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.dit import VideoDiTConfig
 from worldloop.world_model.idm import InverseDynamicsConfig
@@ -186,6 +187,30 @@ def test_previous_frames_reach_the_pixels_only_when_configured():
         else:
             with pytest.raises(RuntimeError):
                 model.dit(x, torch.rand(1, 1, 1, 6, SIZE, SIZE), *args)
+
+
+def test_a_model_given_an_older_frame_starts_as_the_one_it_came_from(tmp_path):
+    """load_matching_weights into a model with dit.previous_frames raised from 1 to 2: the layers that read
+    the previous frames (patch input, output convolution) keep their weights for the newest frame and read
+    the older one with zeros, so it draws what the 1-frame model draws, whatever the older frame holds; and
+    training can still move those zeros (they are ordinary weights, not kept fresh)."""
+    warp = {"residual_to_previous_frame": True, "warp_previous_frame": True}
+    old = tiny_model(warp).eval()
+    save_tensors(old.state_dict(), tmp_path / "model.safetensors")
+    grown = tiny_model({**warp, "previous_frames": 2}).eval()
+    assert load_matching_weights(grown, tmp_path / "model.safetensors") == []
+    for layer in (grown.dit.patch.weight, grown.dit.refine[0].weight):
+        assert layer[:, layer.shape[1] * 2 // 3 :].abs().sum() == 0
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(1, 1, 1, 3, SIZE, SIZE, generator=g)
+    newest, older = torch.rand(2, 1, 1, 1, 3, SIZE, SIZE, generator=g)
+    args = (torch.randn(1, 1, 4), torch.ones(1, 1, dtype=torch.bool), torch.full((1, 1), 0.5), torch.arange(1))
+    with torch.no_grad():
+        drawn_before = old.dit(x, newest, *args)[0]
+        drawn_after = grown.dit(x, torch.cat([newest, older], 3), *args)[0]
+    torch.testing.assert_close(drawn_after, drawn_before)
+    grown.train().dit(x, torch.cat([newest, older], 3), *args)[0].pow(2).sum().backward()
+    assert grown.dit.patch.weight.grad[:, 2 * 3 * 4 * 4 :].abs().sum() > 0
 
 
 def test_shared_noise_older_frames_differ_from_the_newest_by_the_motion_alone():
