@@ -45,9 +45,10 @@ class VideoDiTConfig:
     context_frames: int = 4  # earlier frames each frame attends to (block-causal sliding window)
     condition_on_previous_frame: bool = True
     # How many earlier clean frames each frame's pixel paths (the patch input and the output convolution) read,
-    # newest first. 2 puts the last step's motion at full resolution beside the frame: one step ahead from the
-    # real past, push models with 1 drew the cube's 0.3-1.7 px moves at slope 0.00-0.04 of the truth
-    # (docs/experiments.md, 2026-11-26), as if nothing moved it.
+    # newest first. 2 puts the last step's motion at full resolution beside the frame. On the push recipe (warp,
+    # noise-free base, self-rollout phase) it left the drawn cube's one-step slope where 1 has it (0.51 -> 0.52),
+    # cost the cube 0.4 px at h30 and lowered the IDM ratio at h30 2.00 -> 1.69 (one seed; docs/experiments.md,
+    # 2026-12-06); on the recipe before those it drew the cube moving back (2026-11-26).
     previous_frames: int = 1
     # Also condition each frame on the noise level of the previous frame(s) it reads (GameNGen feeds its
     # context-noise level to the model). Without it a model trained on noisy previous frames cannot tell a
