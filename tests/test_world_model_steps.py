@@ -204,7 +204,12 @@ def test_a_model_given_an_older_frame_starts_as_the_one_it_came_from(tmp_path):
     g = torch.Generator().manual_seed(5)
     x = torch.rand(1, 1, 1, 3, SIZE, SIZE, generator=g)
     newest, older = torch.rand(2, 1, 1, 1, 3, SIZE, SIZE, generator=g)
-    args = (torch.randn(1, 1, 4), torch.ones(1, 1, dtype=torch.bool), torch.full((1, 1), 0.5), torch.arange(1))
+    args = (
+        torch.randn(1, 1, 4),
+        torch.ones(1, 1, dtype=torch.bool),
+        torch.full((1, 1), 0.5),
+        torch.arange(1),
+    )
     with torch.no_grad():
         drawn_before = old.dit(x, newest, *args)[0]
         drawn_after = grown.dit(x, torch.cat([newest, older], 3), *args)[0]
