@@ -20,7 +20,8 @@ each as soon as what it reads is done (on 2 cores two single-thread trainings we
 Models: `<models>/push_tf` (first-phase seed 0; `push_s<k>_tf` for seed k), `<models>/push_s<seed>_sr` (the
 recipe) and `push_s<seed>_sr_<name>` (the candidate); results `benchmarks/results/world_model_fidelity_<model>.json`
 and the comparison `benchmarks/results/world_model_seeds_push_<name>.json` (move them to docs/results/ when they
-are logged); with `--score_first_phases=true` each first phase is scored too, `world_model_fidelity_push_tf.json`
+are logged: a later comparison reads a model's logged scoring there, and scores it anew only if it was trained
+since); with `--score_first_phases=true` each first phase is scored too, `world_model_fidelity_push_tf.json`
 and so on. A first phase is shared by both arms of its pair and by every candidate: only its seed sets it.
 A candidate with `first_phase_candidate` overrides (a first-phase lever) trains its own first phase as well,
 `push_tf_<name>` (`push_s<k>_tf_<name>`), and its second phase starts there; the baseline keeps the shared one.
@@ -141,8 +142,23 @@ def result_json(name: str) -> str:
     return f"benchmarks/results/{name}.json"
 
 
-def fidelity_json(model: str) -> str:
-    return result_json(f"world_model_fidelity_{model}")
+def fidelity_json(model: str, models: Path | None = None) -> str:
+    """Where the scoring of `model` is read (relative to the repository): its logged copy in docs/results/ where
+    one exists, benchmarks/results/ holds none, and the model in `models` is older than that copy (it is what
+    was scored); else where the scoring writes. So a comparison run again after its results were logged reads
+    them instead of scoring the baseline anew, while a model trained since is scored anew."""
+    current = result_json(f"world_model_fidelity_{model}")
+    logged = Path("docs/results") / Path(current).name
+    trained = None if models is None else models / model / "pretrained_model" / "training.json"
+    if (
+        not (REPO / current).is_file()
+        and (REPO / logged).is_file()
+        and trained is not None
+        and trained.is_file()
+        and trained.stat().st_mtime <= (REPO / logged).stat().st_mtime
+    ):
+        return str(logged)
+    return current
 
 
 def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
@@ -183,6 +199,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
 
     def score(model: str) -> Stage:
         trained = models / model / "pretrained_model" / "training.json"
+        scored = REPO / fidelity_json(model, models)
         return Stage(
             f"score {model}",
             "benchmarks/world_model_fidelity.py",
@@ -193,8 +210,8 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
                 *referee,
                 f"--name=world_model_fidelity_{model}",
             ],  # fmt: skip
-            REPO / fidelity_json(model),
-            REPO / fidelity_json(model),
+            scored,
+            scored,
             launcher=launcher,
             needs=(f"train {model}",),
             inputs=(trained,),  # a model trained anew is scored anew
@@ -261,13 +278,14 @@ def comparison(cfg: WorldModelSeedsConfig, check_only: bool = False, needs: tupl
     """`benchmarks/world_model_seeds.py` over the pairs with the keep rule: run first with `check_only` (a rule
     that names an unknown figure stops the pipeline before any training), and last on the scores."""
     pairs = [arm_names(cfg, s) for s in cfg.seeds]
+    models = Path(cfg.models) if Path(cfg.models).is_absolute() else REPO / cfg.models
     result = REPO / result_json(comparison_name(cfg))
     return Stage(
         "check the keep rule" if check_only else "compare the arms",
         "benchmarks/world_model_seeds.py",
         [
-            f"--baseline=[{','.join(fidelity_json(b) for b, _ in pairs)}]",
-            f"--candidate=[{','.join(fidelity_json(c) for _, c in pairs)}]",
+            f"--baseline=[{','.join(fidelity_json(b, models) for b, _ in pairs)}]",
+            f"--candidate=[{','.join(fidelity_json(c, models) for _, c in pairs)}]",
             f"--keep_higher=[{','.join(cfg.keep_higher)}]",
             f"--keep_lower=[{','.join(cfg.keep_lower)}]",
             f"--max_rise={{{', '.join(f'{k}: {v}' for k, v in cfg.max_rise.items())}}}",

@@ -253,3 +253,41 @@ def test_side_by_side_a_stage_starts_once_what_it_needs_is_done_and_none_after_a
     # One at a time, the first failure stops the run at once.
     records = run_stages([stage("i", (), fails), stage("j", ())], False, tmp_path / "run3", jobs=1)
     assert [(r.name, r.status) for r in records] == [("i", "failed")]
+
+
+def test_a_comparison_reads_a_logged_scoring_unless_the_model_was_trained_since(tmp_path, monkeypatch):
+    from worldloop.pipelines import world_model_seeds
+
+    repo = tmp_path / "repo"
+    monkeypatch.setattr(world_model_seeds, "REPO", repo)
+    cfg = _cfg(tmp_path, seeds=[3], first_phase_seeds=[0])
+    logged = repo / "docs/results/world_model_fidelity_push_s3_sr.json"
+    trained = tmp_path / "wm/push_s3_sr/pretrained_model/training.json"
+    for path in (logged, trained):
+        path.parent.mkdir(parents=True)
+
+    def scored_at() -> tuple[Path, list[str]]:
+        by_name = {st.name: st for st in stages(cfg, Path(cfg.root))}
+        compare = parse_cli(SeedComparisonConfig, by_name["compare the arms"].args)
+        return by_name["score push_s3_sr"].done_marker, compare.baseline
+
+    # Nothing logged: scored where the benchmark writes.
+    current = repo / "benchmarks/results/world_model_fidelity_push_s3_sr.json"
+    assert scored_at() == (current, ["benchmarks/results/world_model_fidelity_push_s3_sr.json"])
+    # Trained, then scored and the scoring logged: read from the log, not scored again.
+    by_name = {st.name: st for st in stages(cfg, Path(cfg.root))}
+    for path, stage in ((trained, "train push_s3_sr"), (logged, "score push_s3_sr")):
+        st = by_name[stage]
+        path.write_text(json.dumps({"command": shlex.join(["python", st.script, *st.args])}))
+    os.utime(trained, (1e9, 1e9))
+    assert scored_at() == (logged, ["docs/results/world_model_fidelity_push_s3_sr.json"])
+    # Trained again after the log: scored anew where the benchmark writes, and that copy is compared.
+    os.utime(trained, (logged.stat().st_mtime + 10,) * 2)
+    assert scored_at()[1] == ["benchmarks/results/world_model_fidelity_push_s3_sr.json"]
+    # A current scoring beside the logged one wins.
+    os.utime(trained, (1e9, 1e9))
+    current.parent.mkdir(parents=True)
+    current.write_text(logged.read_text())
+    assert scored_at() == (current, ["benchmarks/results/world_model_fidelity_push_s3_sr.json"])
+    # A model not trained yet will be: its scoring is the new one.
+    assert "benchmarks/results" in str(world_model_seeds.fidelity_json("push_s9_sr", tmp_path / "wm"))
