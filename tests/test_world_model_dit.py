@@ -225,16 +225,14 @@ def test_rollout_shapes_and_ranges():
         ("euler", False, True, 2),
         ("euler", False, False, "warp"),
         ("euler", False, False, "bicubic"),
-        ("euler", False, False, "stem"),
     ],
 )
 def test_kv_cache_rollout_equals_recompute(method, action_delta, conditioned, previous):
     model = tiny_model(
-        stem_channels=4 if previous == "stem" else 0,
         action_delta=action_delta,
         output_conv_conditioned=conditioned,
         previous_frames=previous if isinstance(previous, int) else 1,
-        warp_previous_frame=previous in ("warp", "bicubic"),
+        warp_previous_frame=not isinstance(previous, int),
         warp_read="bicubic" if previous == "bicubic" else "bilinear",
     )
     model.cfg.sampler.method = method
@@ -431,32 +429,3 @@ def test_warped_residual_starts_as_the_previous_frame_and_can_move_it():
     out, _ = dit(x, prev, a, valid, t, torch.arange(2))
     torch.testing.assert_close(out[..., 1:], prev[..., :-1])
     torch.testing.assert_close(out[..., 0], prev[..., 0])  # the border repeats
-
-
-def test_the_stem_starts_as_the_model_without_it_then_reads_where_a_pixel_is(tmp_path):
-    """dit.stem_channels: loaded from a model without a stem, the DiT draws what that model drew (the stem's
-    last layer is zero); once trained, its tokens tell apart two frames that the patch embedding reads alike
-    up to a one-pixel shift inside a patch, and they follow the patch order."""
-    from worldloop.common.checkpoint import load_matching_weights, save_tensors
-
-    old = randomise(VideoDiT(dit_config()))
-    save_tensors(old.state_dict(), tmp_path / "model.safetensors")
-    stemmed = VideoDiT(dit_config(stem_channels=4)).eval()
-    assert load_matching_weights(stemmed, tmp_path / "model.safetensors") == [
-        f"stem.{i}.{w}" for i in (0, 2, 4) for w in ("bias", "weight")
-    ]
-    x, prev, a, valid, t = dit_inputs(1, 2)
-    with torch.no_grad():
-        torch.testing.assert_close(stemmed(x, prev, a, valid, t, torch.arange(2))[0],
-                                   old(x, prev, a, valid, t, torch.arange(2))[0])  # fmt: skip
-    stemmed.train()(x, prev, a, valid, t, torch.arange(2))[0].pow(2).sum().backward()
-    assert stemmed.stem[-1].weight.grad.abs().sum() > 0  # training reaches it
-    # Per-patch features, in the patch embedding's order: a change inside patch k moves token k alone.
-    randomise(stemmed)
-    inp = torch.zeros(1, 1, 1, 6, SIZE, SIZE)
-    moved = inp.clone()
-    moved[..., 5, 9] = 1.0  # row 5, column 9: patch (1, 2) of the 4x4 grid of 4-pixel patches
-    diff = (stemmed.stem_tokens(moved) - stemmed.stem_tokens(inp)).abs().sum(-1)[0, 0, 0]
-    assert diff[1 * 4 + 2] > 0 and diff.count_nonzero() == 1
-    with pytest.raises(ValueError, match="dit.stem_channels"):
-        VideoDiT(dit_config(stem_channels=4, patch_size=2))

@@ -86,13 +86,6 @@ class VideoDiTConfig:
     # patch; this path can move it where it is: with positions and the action side by side, "which way to
     # the commanded point" is a linear function of a pixel's features.
     output_conv_conditioned: bool = False
-    # A small convolutional stem beside the patch embedding (0: none; else its first layer's channels): it reads
-    # each frame's pixel input (the frame and its previous frame(s), what the patch embedding reads) at full
-    # resolution, a 3x3 convolution then two strided ones down to the patch grid, and adds its features to each
-    # patch token. The patch embedding is linear in a patch's 16x16 pixels: where a ~5-pixel cube sits inside its
-    # patch, and how far the arm's tip is from it, are not linear features of those pixels. Its last layer starts
-    # at zero: a model fine-tuned with it starts as the one it came from.
-    stem_channels: int = 0
     # auto | sdpa | flex | triton (world_model/attention.py): auto runs our Triton kernel on CUDA (training and
     # rollouts), the dense-mask SDPA reference elsewhere.
     attention_backend: str = "auto"
@@ -126,11 +119,6 @@ class VideoDiTConfig:
             raise ValueError(f"dit.context_frames={self.context_frames} must be >= 1")
         if self.previous_frames < 1:
             raise ValueError(f"dit.previous_frames={self.previous_frames} must be >= 1")
-        if self.stem_channels < 0 or (self.stem_channels and self.patch_size % 4):
-            raise ValueError(
-                f"dit.stem_channels={self.stem_channels}: expected 0, or > 0 with a dit.patch_size that 4 divides "
-                f"(got {self.patch_size})"
-            )
         if self.previous_frames > 1 and not self.condition_on_previous_frame:
             raise ValueError("dit.previous_frames > 1 needs dit.condition_on_previous_frame")
 
@@ -259,18 +247,6 @@ class VideoDiT(nn.Module):
         in_ch = cfg.channels * (1 + cfg.previous_frames if cfg.condition_on_previous_frame else 1)
         self.patch = nn.Linear(in_ch * p * p, d)
         self.pos = nn.Parameter(torch.randn(cfg.patches_per_view, d) * 0.02)
-        self.stem = None
-        if cfg.stem_channels:
-            c = cfg.stem_channels
-            self.stem = nn.Sequential(
-                nn.Conv2d(in_ch, c, 3, padding=1),
-                nn.SiLU(),
-                nn.Conv2d(c, 2 * c, 4, stride=4),
-                nn.SiLU(),
-                nn.Conv2d(2 * c, d, p // 4, stride=p // 4),
-            )
-            nn.init.zeros_(self.stem[-1].weight)
-            nn.init.zeros_(self.stem[-1].bias)
         self.view = nn.Parameter(torch.zeros(cfg.num_views, d))
         action_in = cfg.action_dim * (2 if cfg.action_delta else 1)
         self.action_embed = nn.Sequential(nn.Linear(action_in, d), nn.SiLU(), nn.Linear(d, d))
@@ -363,8 +339,6 @@ class VideoDiT(nn.Module):
             )
         inp = torch.cat([x, prev], 3) if cfg.condition_on_previous_frame else x
         tokens = self.patch(self._patchify(inp)) + self.pos  # [B, F, V, P, D]
-        if self.stem is not None:
-            tokens = tokens + self.stem_tokens(inp)
         tokens = (tokens + self.view[:, None]).reshape(b, nf * cfg.frame_len, cfg.width)
         cond = self.conditioning(actions, action_valid, t, prev_t)
         rotation = time_rotation(time_index, cfg.width // cfg.heads, cfg.frame_len)
@@ -427,13 +401,6 @@ class VideoDiT(nn.Module):
         h = self.refine[0](x.contiguous(memory_format=torch.channels_last))
         h = h * (1 + scale[..., None, None]) + shift[..., None, None]
         return self.refine[2:](self.refine[1](h)).contiguous()
-
-    def stem_tokens(self, inp: torch.Tensor) -> torch.Tensor:
-        """The stem's features of pixel input [B, F, V, C', H, W] per patch, [B, F, V, patches, D] (row-major
-        patches, as `_patchify` orders them)."""
-        b, nf, nv = inp.shape[:3]
-        h = self.stem(inp.flatten(0, 2).contiguous(memory_format=torch.channels_last))  # [N, D, H/p, W/p]
-        return h.flatten(2).transpose(1, 2).reshape(b, nf, nv, -1, self.cfg.width)
 
     def _patchify(self, x: torch.Tensor) -> torch.Tensor:
         """[B, F, V, C, H, W] -> [B, F, V, patches, C * p * p] (row-major patches)."""
