@@ -142,18 +142,22 @@ def result_json(name: str) -> str:
     return f"benchmarks/results/{name}.json"
 
 
-def fidelity_json(model: str, models: Path | None = None) -> str:
+def training_record(models: Path, model: str) -> Path:
+    """The file a training stage writes last (its done marker), which a scoring of the model reads as its input."""
+    return models / model / "pretrained_model" / "training.json"
+
+
+def fidelity_json(model: str, models: Path) -> str:
     """Where the scoring of `model` is read (relative to the repository): its logged copy in docs/results/ where
     one exists, benchmarks/results/ holds none, and the model in `models` is older than that copy (it is what
     was scored); else where the scoring writes. So a comparison run again after its results were logged reads
     them instead of scoring the baseline anew, while a model trained since is scored anew."""
     current = result_json(f"world_model_fidelity_{model}")
     logged = Path("docs/results") / Path(current).name
-    trained = None if models is None else models / model / "pretrained_model" / "training.json"
+    trained = training_record(models, model)
     if (
         not (REPO / current).is_file()
         and (REPO / logged).is_file()
-        and trained is not None
         and trained.is_file()
         and trained.stat().st_mtime <= (REPO / logged).stat().st_mtime
     ):
@@ -161,12 +165,19 @@ def fidelity_json(model: str, models: Path | None = None) -> str:
     return current
 
 
+def models_dir(cfg: WorldModelSeedsConfig) -> Path:
+    """cfg.models as an absolute path (relative ones are under the repository), so that whether a stage is done
+    does not depend on where the pipeline was started."""
+    return Path(cfg.models) if Path(cfg.models).is_absolute() else REPO / cfg.models
+
+
 def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     """The rule's check, the data, the first phases, each pair's two trainings, the scorings, the comparison.
     With `jobs` > 1 a stage starts as soon as what it reads is done, so a pair trains while later first phases
     still run."""
     # Absolute, so that whether a stage is done does not depend on where the pipeline was started.
-    models, data = (Path(p) if Path(p).is_absolute() else REPO / p for p in (cfg.models, cfg.data_root))
+    models = models_dir(cfg)
+    data = Path(cfg.data_root) if Path(cfg.data_root).is_absolute() else REPO / cfg.data_root
     referee = [f"--referee_idm={(REPO / cfg.referee_idm).resolve()}"] if cfg.referee_idm else []
     threads = max(1, (os.cpu_count() or 1) // cfg.jobs)
     launcher = [sys.executable] if cfg.jobs == 1 else ["env", f"OMP_NUM_THREADS={threads}", sys.executable]
@@ -191,14 +202,13 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
                 *args,
                 *resume_args(out),
             ],  # fmt: skip
-            out / "pretrained_model" / "training.json",  # written last, after the calibrations
+            training_record(models, name),  # written last, after the calibrations
             out / "pretrained_model",
             launcher=launcher,
             needs=(record.name, *needs),
         )
 
     def score(model: str) -> Stage:
-        trained = models / model / "pretrained_model" / "training.json"
         scored = REPO / fidelity_json(model, models)
         return Stage(
             f"score {model}",
@@ -214,7 +224,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
             scored,
             launcher=launcher,
             needs=(f"train {model}",),
-            inputs=(trained,),  # a model trained anew is scored anew
+            inputs=(training_record(models, model),),  # a model trained anew is scored anew
         )
 
     # The first phase's own evaluation and calibrations are skipped: the second phase calibrates its model, and
@@ -278,7 +288,7 @@ def comparison(cfg: WorldModelSeedsConfig, check_only: bool = False, needs: tupl
     """`benchmarks/world_model_seeds.py` over the pairs with the keep rule: run first with `check_only` (a rule
     that names an unknown figure stops the pipeline before any training), and last on the scores."""
     pairs = [arm_names(cfg, s) for s in cfg.seeds]
-    models = Path(cfg.models) if Path(cfg.models).is_absolute() else REPO / cfg.models
+    models = models_dir(cfg)
     result = REPO / result_json(comparison_name(cfg))
     return Stage(
         "check the keep rule" if check_only else "compare the arms",
