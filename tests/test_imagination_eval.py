@@ -147,17 +147,27 @@ def test_rank_against_sim_from_the_same_starts(tmp_path, saved_models):
     assert set(result["error_split"]) == {"actions_in_sim", "world_and_judge", "policy_on_drawn_frames"}
 
 
+def _no_drift(policy, env, starts, cfg, device):
+    return {"imagined_success": 0.3, "sim_success": 0.3, "gap": 0.0, "sim_steps": 0,
+            "imagined_success_ci95": [0, 1], "sim_success_ci95": [0, 1], "imagined_progress": 0.0,
+            "sim_progress": 0.0, "reference": "sim", "sim_episodes": 2, "disagreement": None}  # fmt: skip
+
+
+def _finetune_config(policy, wm, output_dir, lr=1e-3, evaluation=None, **overrides) -> FinetunePolicyConfig:
+    """The tiny GRPO fine-tune these tests run: 2 rollouts of 4 imagined steps from each of 2 starts an iteration,
+    checked on 2 sim episodes after every iteration unless `evaluation` says otherwise."""
+    evaluation = {"every": 1, "episodes": 2, "seed": 100, "batch_envs": 2, "sim": SIM, **(evaluation or {})}
+    return FinetunePolicyConfig(
+        policy=PolicyPath(policy), world_model=wm, output_dir=str(output_dir), env=WorldModelEnvConfig(horizon=4),
+        algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=lr),
+        starts=StartsConfig(count=3, seed=0), eval=FinetuneEvalConfig(**evaluation), **overrides,
+    )  # fmt: skip
+
+
 def test_finetune_end_to_end_uses_no_sim_steps_for_training(tmp_path, saved_models):
     wm, policies = saved_models
-    cfg = FinetunePolicyConfig(
-        policy=PolicyPath(policies[0]),
-        world_model=wm,
-        output_dir=str(tmp_path / "ft"),
-        iterations=2,
-        env=WorldModelEnvConfig(horizon=4),
-        algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
-        starts=StartsConfig(count=3, seed=0),
-        eval=FinetuneEvalConfig(every=2, episodes=2, seed=100, batch_envs=2, max_gap=1.0, sim=SIM),
+    cfg = _finetune_config(
+        policies[0], wm, tmp_path / "ft", iterations=2, evaluation={"every": 2, "max_gap": 1.0}
     )
     summary = finetune(cfg)
     assert summary["train_sim_steps"] == 0 and summary["eval_sim_steps"] > 0
@@ -183,22 +193,13 @@ def test_finetune_rolls_back_when_imagination_and_sim_drift_apart(tmp_path, save
     wm, policies = saved_models
     gaps = iter([0.1, 0.2, 0.6])  # BC, iteration 1 (drift +0.1: fine), iteration 2 (drift +0.5: exploit)
 
-    def scripted(policy, env, starts, cfg, device):
+    def scripted(*args):
         gap = next(gaps)
-        return {"imagined_success": 0.3 + gap, "sim_success": 0.3, "gap": gap, "sim_steps": 0,
-                "imagined_success_ci95": [0, 1], "sim_success_ci95": [0, 1], "imagined_progress": 0.0,
-                "sim_progress": 0.0, "reference": "sim", "sim_episodes": 2, "disagreement": None}  # fmt: skip
+        return {**_no_drift(*args), "imagined_success": 0.3 + gap, "gap": gap}
 
     monkeypatch.setattr(policy_finetune, "evaluate", scripted)
-    cfg = FinetunePolicyConfig(
-        policy=PolicyPath(policies[0]),
-        world_model=wm,
-        output_dir=str(tmp_path / "ft"),
-        iterations=5,
-        env=WorldModelEnvConfig(horizon=4),
-        algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-2),
-        starts=StartsConfig(count=3, seed=0),
-        eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, max_gap=0.3, sim=SIM),
+    cfg = _finetune_config(
+        policies[0], wm, tmp_path / "ft", lr=1e-2, iterations=5, evaluation={"max_gap": 0.3}
     )
     summary = finetune(cfg)
     assert summary["iterations_run"] == 2 and "iteration 2" in summary["stopped"]
@@ -244,12 +245,6 @@ def test_replay_actions_is_open_loop_and_seeded():
     assert [len(r.pop("frame_reading")) for r in read] == [env.steps_taken] * 3 and read == a
 
 
-def _no_drift(policy, env, starts, cfg, device):
-    return {"imagined_success": 0.3, "sim_success": 0.3, "gap": 0.0, "sim_steps": 0,
-            "imagined_success_ci95": [0, 1], "sim_success_ci95": [0, 1], "imagined_progress": 0.0,
-            "sim_progress": 0.0, "reference": "sim", "sim_episodes": 2, "disagreement": None}  # fmt: skip
-
-
 @pytest.mark.slow  # six GRPO iterations in three runs: ~11 s on the shared machine
 def test_finetune_resume_continues_exactly(tmp_path, saved_models, monkeypatch):
     from worldloop.rl_finetune.policy_rl import finetune as policy_finetune
@@ -259,13 +254,7 @@ def test_finetune_resume_continues_exactly(tmp_path, saved_models, monkeypatch):
     wm, policies = saved_models
 
     def config(name, iterations, resume=False):
-        return FinetunePolicyConfig(
-            policy=PolicyPath(policies[0]), world_model=wm, output_dir=str(tmp_path / name), iterations=iterations,
-            resume=resume, env=WorldModelEnvConfig(horizon=4),
-            algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
-            starts=StartsConfig(count=3, seed=0),
-            eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, sim=SIM),
-        )  # fmt: skip
+        return _finetune_config(policies[0], wm, tmp_path / name, iterations=iterations, resume=resume)
 
     straight = finetune(config("straight", 3))
     first = finetune(config("resumed", 2))
@@ -302,13 +291,9 @@ def test_finetune_stops_with_an_evaluation_inside_its_cpu_budget(tmp_path, saved
     monkeypatch.setattr(policy_finetune, "evaluate", costs_10s(_no_drift))
     monkeypatch.setattr(policy_finetune.time, "process_time", lambda: clock["now"])
     wm, policies = saved_models
-    cfg = FinetunePolicyConfig(
-        policy=PolicyPath(policies[0]), world_model=wm, output_dir=str(tmp_path / "ft"), iterations=50,
-        cpu_budget_minutes=1.0, env=WorldModelEnvConfig(horizon=4),
-        algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
-        starts=StartsConfig(count=3, seed=0),
-        eval=FinetuneEvalConfig(every=100, episodes=2, seed=100, batch_envs=2, sim=SIM),
-    )  # fmt: skip
+    cfg = _finetune_config(
+        policies[0], wm, tmp_path / "ft", iterations=50, cpu_budget_minutes=1.0, evaluation={"every": 100}
+    )
     summary = finetune(cfg)
     # BC evaluation (10 s) + 4 iterations (40 s) + the closing evaluation (10 s) = the 60 s budget; a fifth
     # iteration would not have left room for the evaluation.
@@ -332,13 +317,14 @@ def test_finetune_can_keep_the_weights_imagination_rates_best(tmp_path, saved_mo
 
     monkeypatch.setattr(policy_finetune, "evaluate", rated)
     wm, policies = saved_models
-    cfg = FinetunePolicyConfig(
-        policy=PolicyPath(policies[0]), world_model=wm, output_dir=str(tmp_path / "ft"), iterations=3,
-        env=WorldModelEnvConfig(horizon=4), keep_checkpoints=3,
-        algorithm=GRPOConfig(group_size=2, starts_per_iteration=2, epochs=1, minibatch_size=8, lr=1e-3),
-        starts=StartsConfig(count=3, seed=0),
-        eval=FinetuneEvalConfig(every=1, episodes=2, seed=100, batch_envs=2, sim=SIM, keep="best_imagined"),
-    )  # fmt: skip
+    cfg = _finetune_config(
+        policies[0],
+        wm,
+        tmp_path / "ft",
+        iterations=3,
+        keep_checkpoints=3,
+        evaluation={"keep": "best_imagined"},
+    )
     summary = finetune(cfg)
     assert summary["iterations_run"] == 3 and summary["after"]["iteration"] == 2
     kept = load_policy(tmp_path / "ft" / "pretrained_model").state_dict()

@@ -37,6 +37,20 @@ def _read(cfg: RecordingConfig):
     return LeRobotDataset(cfg.repo_id, root=cfg.root)
 
 
+def _interrupt_at_action(monkeypatch, n: int) -> None:
+    """Make the scripted expert raise KeyboardInterrupt (Ctrl-C) when asked for its n-th action."""
+    calls = {"n": 0}
+    act = recording.ScriptedExpert.act
+
+    def act_then_interrupt(self):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return act(self)
+
+    monkeypatch.setattr(recording.ScriptedExpert, "act", act_then_interrupt)
+
+
 def test_round_trip_through_lerobot_dataset(tmp_path):
     cfg = _config(tmp_path)
     record_demos(cfg)
@@ -96,16 +110,7 @@ def test_overwrite_with_the_root_included_is_an_error_and_deletes_nothing(tmp_pa
 
 
 def test_interrupted_recording_leaves_a_readable_dataset(tmp_path, monkeypatch):
-    calls = {"n": 0}
-    act = recording.ScriptedExpert.act
-
-    def act_then_interrupt(self):
-        calls["n"] += 1
-        if calls["n"] == 15:  # two whole 6-step episodes, then Ctrl-C in the third
-            raise KeyboardInterrupt
-        return act(self)
-
-    monkeypatch.setattr(recording.ScriptedExpert, "act", act_then_interrupt)
+    _interrupt_at_action(monkeypatch, 15)  # two whole 6-step episodes, then Ctrl-C in the third
     cfg = _config(tmp_path, episodes=5, cameras=["front"])
     with pytest.raises(KeyboardInterrupt):
         record_demos(cfg)
@@ -206,16 +211,7 @@ def test_interrupted_recording_after_included_data_merges_nothing_and_says_where
 
     first = _config(tmp_path, root=str(tmp_path / "first"))
     record_demos(first)
-    calls = {"n": 0}
-    act = recording.ScriptedExpert.act
-
-    def act_then_interrupt(self):
-        calls["n"] += 1
-        if calls["n"] == 9:  # one whole 6-step episode, then Ctrl-C in the second
-            raise KeyboardInterrupt
-        return act(self)
-
-    monkeypatch.setattr(recording.ScriptedExpert, "act", act_then_interrupt)
+    _interrupt_at_action(monkeypatch, 9)  # one whole 6-step episode, then Ctrl-C in the second
     both = tmp_path / "both"
     with pytest.raises(SystemExit):
         cli.main([f"--root={both}", "--repo_id=worldloop/test_demos", "--task=reach", "--episodes=3",
