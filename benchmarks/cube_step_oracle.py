@@ -64,6 +64,10 @@ class CubeStepOracleConfig:
     # frames CNN (slope 0.88 on its training steps, 0.36 held out; docs/experiments.md, 2026-12-06); the state MLP
     # fitted them no better than it scored held out.
     train_windows: int = 512
+    # The frames CNN's training examples moved by a random offset of up to this many px (all C frames alike,
+    # edges repeated): the cube's move in px is the same in the moved frames, so the CNN cannot learn where
+    # things sit in its training frames instead of how they move. 0 -> no augmentation (the 2026-12-06 figures).
+    augment_shift: int = 0
     steps: int = 3000  # optimiser steps of each regressor
     batch_size: int = 64
     lr: float = 1.0e-3
@@ -78,6 +82,8 @@ class CubeStepOracleConfig:
         for key in ("train_windows", "steps", "batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key}={getattr(self, key)}: expected >= 1")
+        if self.augment_shift < 0:
+            raise ConfigError(f"augment_shift={self.augment_shift}: expected >= 0 px")
         if self.eval.context < 2:
             raise ConfigError(
                 f"eval.context={self.eval.context}: the state regressor reads the last two frames"
@@ -184,14 +190,28 @@ class StateRegressor(nn.Module):
         return self.net(torch.cat([state.flatten(1), actions.flatten(1)], 1))
 
 
+def shifted(frames: torch.Tensor, most: int, generator: torch.Generator) -> torch.Tensor:
+    """Each example's frames [n, C, 3, h, w] moved by one random whole-pixel offset of -most .. most px in each
+    axis, the same for its C frames; the edge rows and columns are repeated into what the move uncovers."""
+    h, w = frames.shape[-2:]
+    padded = nn.functional.pad(frames.flatten(1, 2), (most,) * 4, mode="replicate").unflatten(
+        1, frames.shape[1:3]
+    )
+    dy, dx = torch.randint(0, 2 * most + 1, (2, len(frames)), generator=generator).tolist()
+    return torch.stack([p[..., y : y + h, x : x + w] for p, y, x in zip(padded, dy, dx, strict=True)])
+
+
 def standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
     dims = tuple(range(train.dim() - 1))
     mean, std = train.mean(dims), train.std(dims).clamp_min(1e-6)
     return [(x - mean) / std for x in (train, *others)]
 
 
-def fit(model: nn.Module, inputs: tuple, move: torch.Tensor, cfg: CubeStepOracleConfig, label: str) -> float:
-    """Adam on the MSE of the move (px), a cosine schedule; returns the seconds taken."""
+def fit(
+    model: nn.Module, inputs: tuple, move: torch.Tensor, cfg: CubeStepOracleConfig, label: str, shift: int = 0
+) -> float:
+    """Adam on the MSE of the move (px), a cosine schedule; the frames (inputs[0]) of each batch `shifted` by up
+    to `shift` px when it is > 0. Returns the seconds taken."""
     started = time.perf_counter()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.steps)
@@ -199,7 +219,10 @@ def fit(model: nn.Module, inputs: tuple, move: torch.Tensor, cfg: CubeStepOracle
     bar = tqdm(range(cfg.steps), desc=f"fit {label}", mininterval=5)
     for _ in bar:
         pick = torch.randint(len(move), (cfg.batch_size,), generator=generator)
-        loss = (model(*(x[pick] for x in inputs)) - move[pick]).square().sum(-1).mean()
+        frames, *rest = (x[pick] for x in inputs)
+        if shift:
+            frames = shifted(frames, shift, generator)
+        loss = (model(frames, *rest) - move[pick]).square().sum(-1).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -255,11 +278,14 @@ def run_benchmark(cfg: CubeStepOracleConfig) -> dict:
     actions = standardise(train.actions, test.actions)
     state = standardise(train.state, test.state)
     size = train.frames.frames.shape[-1]
+    if cfg.augment_shift >= size // 2:
+        raise ConfigError(f"augment_shift={cfg.augment_shift}: expected under half the {size}-px frame")
     figures: dict = {
         "dataset": cfg.dataset.root,
         "windows": {"train": len(fitted), "held_out": len(held)},
         "examples": {"train": len(train.move), "held_out": len(test.move)},
         "min_step_px": cfg.min_step_px,
+        "augment_shift": cfg.augment_shift,
     }
     rows = []
     for label, ex in (("held_out", test), ("train", train)):
@@ -275,7 +301,7 @@ def run_benchmark(cfg: CubeStepOracleConfig) -> dict:
         with torch_seeded(cfg.seed):
             model = make()
         inputs = (train.frames, actions[0], state[0])
-        seconds = fit(model, inputs, train.move, cfg, label)
+        seconds = fit(model, inputs, train.move, cfg, label, cfg.augment_shift if label == "frames" else 0)
         figures[label] = {
             "held_out": scores(
                 predict(model, (test.frames, actions[1], state[1])), test.move, test.seen, cfg.min_step_px

@@ -13,9 +13,11 @@ from benchmarks.cube_step_oracle import (
     CubeStepOracleConfig,
     one_step_examples,
     run_benchmark,
+    shifted,
     slope_and_r,
 )
 from benchmarks.world_model_fidelity import instructed_cube_xyz, object_truth
+from worldloop.common.config import ConfigError
 from worldloop.data.dataset import DatasetConfig, EpisodeDataset
 from worldloop.world_model.trainer import EvalConfig, held_out_windows
 
@@ -78,9 +80,30 @@ def test_benchmark_smoke_run_fits_both_regressors(push):
             train_windows=3,
             steps=3,
             batch_size=4,
+            augment_shift=2,
         )
     )
     for label in ("frames", "state"):
         assert figures[label]["parameters"] > 0
         assert math.isfinite(figures[label]["train"]["explained"])
     assert figures["zero_held_out"]["explained"] == pytest.approx(0.0)
+
+
+def test_a_shift_moves_every_context_frame_of_an_example_alike_and_keeps_the_move():
+    frames = torch.zeros(3, CONTEXT, 3, 12, 12)
+    for c in range(CONTEXT):  # a one-pixel cube stepping right by one pixel a frame
+        frames[:, c, 1, 5, 4 + c] = 1.0
+    moved = shifted(frames, 2, torch.Generator().manual_seed(0))
+    assert moved.shape == frames.shape
+    offsets = set()
+    for i in range(len(frames)):
+        where = [torch.nonzero(moved[i, c, 1]).tolist() for c in range(CONTEXT)]
+        assert all(len(w) == 1 for w in where)  # the cube is moved, not smeared or lost
+        y0, x0 = where[0][0]
+        offsets.add((y0 - 5, x0 - 4))
+        assert max(abs(y0 - 5), abs(x0 - 4)) <= 2
+        # the same offset for every frame: the cube's step between frames is unchanged
+        assert [w[0] for w in where] == [[y0, x0 + c] for c in range(CONTEXT)]
+    assert len(offsets) > 1  # examples get their own offsets
+    with pytest.raises(ConfigError, match="augment_shift"):
+        CubeStepOracleConfig(augment_shift=-1).validate()
