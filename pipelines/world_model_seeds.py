@@ -165,19 +165,17 @@ def fidelity_json(model: str, models: Path) -> str:
     return current
 
 
-def models_dir(cfg: WorldModelSeedsConfig) -> Path:
-    """cfg.models as an absolute path (relative ones are under the repository), so that whether a stage is done
-    does not depend on where the pipeline was started."""
-    return Path(cfg.models) if Path(cfg.models).is_absolute() else REPO / cfg.models
+def under_repo(path: str) -> Path:
+    """`path` as an absolute path: a relative one is taken under the repository, an absolute one kept (pathlib's
+    `/` does both), so that whether a stage is done does not depend on where the pipeline was started."""
+    return REPO / path
 
 
 def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     """The rule's check, the data, the first phases, each pair's two trainings, the scorings, the comparison.
     With `jobs` > 1 a stage starts as soon as what it reads is done, so a pair trains while later first phases
     still run."""
-    # Absolute, so that whether a stage is done does not depend on where the pipeline was started.
-    models = models_dir(cfg)
-    data = Path(cfg.data_root) if Path(cfg.data_root).is_absolute() else REPO / cfg.data_root
+    models, data = under_repo(cfg.models), under_repo(cfg.data_root)
     referee = [f"--referee_idm={(REPO / cfg.referee_idm).resolve()}"] if cfg.referee_idm else []
     threads = max(1, (os.cpu_count() or 1) // cfg.jobs)
     launcher = [sys.executable] if cfg.jobs == 1 else ["env", f"OMP_NUM_THREADS={threads}", sys.executable]
@@ -288,7 +286,7 @@ def comparison(cfg: WorldModelSeedsConfig, check_only: bool = False, needs: tupl
     """`benchmarks/world_model_seeds.py` over the pairs with the keep rule: run first with `check_only` (a rule
     that names an unknown figure stops the pipeline before any training), and last on the scores."""
     pairs = [arm_names(cfg, s) for s in cfg.seeds]
-    models = models_dir(cfg)
+    models = under_repo(cfg.models)
     result = REPO / result_json(comparison_name(cfg))
     return Stage(
         "check the keep rule" if check_only else "compare the arms",
