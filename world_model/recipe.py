@@ -2,7 +2,7 @@
 (docs/training.md).
 
 Teacher forcing first, at twice the config's learning rate (the config's 1e-3 stays for what else it trains:
-heads refits, the RL setting's world model). Then training goes on from those weights (`--init_from`) with the
+heads refits, the RL setting's world model); both phases noise the context frames up to 0.75 (the config's 0.5). Then training goes on from those weights (`--init_from`) with the
 model drawing the last four frames of each 8-frame window itself, gradient through all four, so the frames that
 carry the loss are drawn on from up to three frames of its own (kept over 3 seeds against two of six:
 docs/experiments.md, 2026-11-28); what moves in a window weighs 4 in its frame losses; the exported model reads
