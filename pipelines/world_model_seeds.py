@@ -176,7 +176,7 @@ def stages(cfg: WorldModelSeedsConfig, root: Path) -> list[Stage]:
     With `jobs` > 1 a stage starts as soon as what it reads is done, so a pair trains while later first phases
     still run."""
     models, data = under_repo(cfg.models), under_repo(cfg.data_root)
-    referee = [f"--referee_idm={(REPO / cfg.referee_idm).resolve()}"] if cfg.referee_idm else []
+    referee = [f"--referee_idm={under_repo(cfg.referee_idm).resolve()}"] if cfg.referee_idm else []
     threads = max(1, (os.cpu_count() or 1) // cfg.jobs)
     launcher = [sys.executable] if cfg.jobs == 1 else ["env", f"OMP_NUM_THREADS={threads}", sys.executable]
     record = Stage(

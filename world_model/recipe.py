@@ -1,12 +1,12 @@
 """The push recipe's two phases, as `train_world_model.py` overrides of configs/world_model/tiny.yaml
 (docs/training.md).
 
-Teacher forcing first, at twice the config's learning rate (the config's 1e-3 stays for what else it trains:
-heads refits, the RL setting's world model); both phases noise the context frames up to 0.75 (the config's 0.5). Then training goes on from those weights (`--init_from`) with the
-model drawing the last four frames of each 8-frame window itself, gradient through all four, so the frames that
-carry the loss are drawn on from up to three frames of its own (kept over 3 seeds against two of six:
-docs/experiments.md, 2026-11-28); what moves in a window weighs 4 in its frame losses; the exported model reads
-its warp bicubically.
+Teacher forcing first, at twice the config's learning rate (the config's 1e-3 stays for what else it trains: heads
+refits, the RL setting's world model); both phases noise the context frames up to 0.75 (the config's 0.5). Then
+training goes on from those weights (`--init_from`) with the model drawing the last four frames of each 8-frame
+window itself, gradient through all four, so the frames that carry the loss are drawn on from up to three frames
+of its own (kept over 3 seeds against two of six: docs/experiments.md, 2026-11-28); what moves in a window weighs
+4 in its frame losses; the exported model reads its warp bicubically.
 The quickstart, `benchmarks/gpu_session.sh` and `benchmarks/world_model_step_time.py` read it from here, so the
 recipe has one definition. No imports, so the shell script reads it without loading torch.
 """
