@@ -23,6 +23,7 @@ class TinyGoalEnv(gym.Env):
     """A point in 2-D that must reach the origin; LeRobot-style observation (nested pixels + agent_pos)."""
 
     metadata = {"render_modes": [], "render_fps": 10}
+    closed = 0  # envs closed so far, over every instance
 
     def __init__(self, two_cameras: bool = False):
         self.two_cameras = two_cameras
@@ -46,6 +47,9 @@ class TinyGoalEnv(gym.Env):
         coverage = max(0.0, 1.0 - dist / self.start)
         success = dist < 0.05
         return self._obs(), coverage, success, False, {"is_success": success, "coverage": coverage}
+
+    def close(self):
+        type(self).closed += 1
 
 
 gym.register(TINY_ID, entry_point=TinyGoalEnv)
@@ -127,6 +131,15 @@ def test_mapping_errors_name_the_fix():
         evaluate_in_lerobot_env(GoHome(1.0), LeRobotEnvEvalConfig(type="nope"), 1, seed=0)
     with pytest.raises(ModuleNotFoundError, match="pip install gym-nothere"):
         evaluate_in_lerobot_env(GoHome(1.0), tiny_cfg(package="gym_nothere"), 1, seed=0)
+
+
+def test_every_env_is_closed_when_an_evaluation_fails():
+    wide = GoHome(1.0)
+    wide.action_dim = 3
+    before = TinyGoalEnv.closed
+    with pytest.raises(ValueError, match="actions of shape"):
+        evaluate_in_lerobot_env(wide, tiny_cfg(), 2, seed=0)
+    assert TinyGoalEnv.closed - before == 2
 
 
 def test_pusht_with_a_lerobot_policy_through_evaluate_policy(tmp_path):

@@ -10,6 +10,8 @@ comes from an `EpisodeAdapter`.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -37,6 +39,16 @@ class EpisodeAdapter(Protocol):
 
     def video_frame(self, observation) -> np.ndarray:
         """One uint8 HxWx3 frame of the episode video."""
+
+
+@contextmanager
+def closing_all(envs: list) -> Iterator[list]:
+    """`envs`, each closed when the block ends, however it ends (a renderer or a gym env holds native handles)."""
+    try:
+        yield envs
+    finally:
+        for env in envs:
+            env.close()
 
 
 def run_episodes(

@@ -20,7 +20,7 @@ import torch
 
 from worldloop.data.features import STATE, TASK, image_key
 from worldloop.data.images import resize_frames
-from worldloop.vla.episode_runner import run_episodes, success_summary
+from worldloop.vla.episode_runner import closing_all, run_episodes, success_summary
 from worldloop.vla.policy import Policy
 
 
@@ -231,8 +231,7 @@ def evaluate_in_lerobot_env(
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     spec = env_spec(cfg)
     n_envs = min(cfg.batch_envs, episodes)
-    envs = [make_env(spec, cfg.max_steps) for _ in range(n_envs)]
-    try:
+    with closing_all([make_env(spec, cfg.max_steps) for _ in range(n_envs)]) as envs:
         action_shape = envs[0].action_space.shape
         if action_shape != (policy.action_dim,):
             raise ValueError(
@@ -251,9 +250,6 @@ def evaluate_in_lerobot_env(
             desc=f"eval {spec.gym_id}",
             progress_bar=progress_bar,
         )
-    finally:
-        for env in envs:
-            env.close()
     return {
         "backend": "lerobot_env",
         "env_type": cfg.type,

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from worldloop.data.features import STATE, TASK, image_key
-from worldloop.vla.episode_runner import run_episodes, success_summary
+from worldloop.vla.episode_runner import closing_all, run_episodes, success_summary
 from worldloop.vla.policy import Policy
 
 
@@ -95,8 +95,9 @@ def evaluate_in_sim(
     if h != w:
         raise ValueError(f"the tabletop envs render square frames; the policy expects {h}x{w}")
     n_envs = min(cfg.batch_envs, episodes)
-    envs = [gym.make(sim.ENV_IDS[cfg.task], config=cfg.env_config(h, cameras)) for _ in range(n_envs)]
-    try:
+    with closing_all(
+        [gym.make(sim.ENV_IDS[cfg.task], config=cfg.env_config(h, cameras)) for _ in range(n_envs)]
+    ) as envs:
         results, seconds = run_episodes(
             policy,
             envs,
@@ -108,9 +109,6 @@ def evaluate_in_sim(
             desc=f"eval {cfg.task}",
             progress_bar=progress_bar,
         )
-    finally:
-        for env in envs:
-            env.close()
     return {
         "backend": "sim",
         "sim_backend": cfg.backend,

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from worldloop.data.features import STATE, image_key
-from worldloop.vla.episode_runner import run_episodes, success_summary
+from worldloop.vla.episode_runner import closing_all, run_episodes, success_summary
 from worldloop.vla.policy import Policy
 from worldloop.vla.sim_evaluation import SimEvalConfig, TabletopEpisodes
 from worldloop.world_model.model import WorldModel
@@ -110,11 +110,10 @@ def evaluate_judged_in_sim(
     size = policy.config.image_size[0]
     cameras = tuple(dict.fromkeys(policy_cameras + tuple(world_model.cfg.cameras)))
     config = cfg.env_config(size, cameras, terminate_on_success=False)
-    envs = [
-        JudgedSimEnv(gym.make(sim.ENV_IDS[cfg.task], config=config), world_model)
-        for _ in range(min(cfg.batch_envs, episodes))
-    ]
-    try:
+    n_envs = min(cfg.batch_envs, episodes)
+    with closing_all(
+        [JudgedSimEnv(gym.make(sim.ENV_IDS[cfg.task], config=config), world_model) for _ in range(n_envs)]
+    ) as envs:
         results, seconds = run_episodes(
             policy,
             envs,
@@ -125,9 +124,6 @@ def evaluate_judged_in_sim(
             video_dir,
             desc=f"judged sim {cfg.task}",
         )
-    finally:
-        for env in envs:
-            env.close()
     return {
         "backend": "sim_judged",
         "task": cfg.task,
