@@ -5,7 +5,8 @@ python benchmarks/rl_in_imagination.py --finetune_config=configs/finetune/tiny.y
     [--finetune.algorithm.type=ppo] [--loop_rounds=3 --loop_dataset_root=outputs/data/reach_wm]
     [--finetune.algorithm.lr=1e-4] [--seeds=[0,1,2] --jobs=2 --threads=1]
 
-Runs `finetune_policy.py` (imagination only for training; sim steps counted, must be 0) with the config's
+Runs `finetune_policy.py` (imagination only for training; sim steps counted, must be 0; with
+`--finetune.rollouts=sim` the simulator's own rollouts instead, the recipe's ceiling) with the config's
 algorithm (GRPO) or another (`--finetune.algorithm.type=ppo`), or with `--loop_rounds=N` the closed loop (the policy's sim
 episodes recorded into the world model's data, world model and policy fine-tuned again, N rounds), then
 evaluates the BC and the final policy in the simulator on `final_episodes` held-out episodes (seeds
@@ -249,7 +250,12 @@ def figures_of(
     with its Student-t 95% interval and each seed's gain."""
     per_seed = [seed_figures(seed_cfg, summary, bc, final) for seed_cfg, summary, final in runs]
     rows = [sim_row("bc", "", bc)] + [sim_row("finetuned", c.seed, final) for c, _, final in runs]
-    how = f"{ft_cfg.algorithm.type.upper()} in imagination (observe={ft_cfg.env.observe})" + (
+    where = (
+        f"in imagination (observe={ft_cfg.env.observe})"
+        if ft_cfg.rollouts == "imagination"
+        else "on the simulator's own rollouts (the recipe's ceiling; training steps the sim)"
+    )
+    how = f"{ft_cfg.algorithm.type.upper()} {where}" + (
         f", closed loop of {ft_cfg.loop.rounds} rounds" if ft_cfg.loop.rounds else ""
     )
     print_table(rows, title=f"\nsim success before/after {how} ({ft_cfg.eval.sim.task})")
@@ -262,6 +268,8 @@ def figures_of(
         )
     figures = {
         "algorithm": ft_cfg.algorithm.type,
+        # imagination, or sim: the diagnostic whose training rollouts are the simulator's (finetune's rollouts)
+        "rollouts": ft_cfg.rollouts,
         "observe": ft_cfg.env.observe,
         "before": {k: bc[k] for k in FINAL_KEYS},
         "gain_points": float(sum(gains) / len(gains)),

@@ -71,13 +71,16 @@ class InitialStates:
     """Where B imagined episodes start: C context frames per camera, the C-1 actions between them.
 
     frames: camera -> [B, C, 3, H, W] float in [0, 1] (or uint8); actions: [B, C-1, A] in dataset units;
-    state: [B, S] joint positions at the last context frame; task: B instructions.
+    state: [B, S] joint positions at the last context frame; task: B instructions; seeds: the simulator reset
+    seed of each start when it was rendered from one (None otherwise), so that the same episode can be run for
+    real.
     """
 
     frames: dict[str, torch.Tensor]
     actions: torch.Tensor
     state: torch.Tensor
     task: list[str]
+    seeds: list[int] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -90,6 +93,7 @@ class InitialStates:
             self.actions.repeat_interleave(times, 0),
             self.state.repeat_interleave(times, 0),
             [t for t in self.task for _ in range(times)],
+            None if self.seeds is None else [s for s in self.seeds for _ in range(times)],
         )
 
     def select(self, index: list[int]) -> InitialStates:
@@ -98,6 +102,7 @@ class InitialStates:
             self.actions[index],
             self.state[index],
             [self.task[i] for i in index],
+            None if self.seeds is None else [self.seeds[i] for i in index],
         )
 
 

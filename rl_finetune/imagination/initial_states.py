@@ -52,7 +52,9 @@ def from_sim_resets(env, seeds: list[int], cameras: tuple[str, ...]) -> InitialS
         obs, info = env.reset(seed=int(seed))
         observations.append(obs)
         tasks.append(info["task"])
-    return from_sim_observations(observations, tasks, cameras)
+    starts = from_sim_observations(observations, tasks, cameras)
+    starts.seeds = [int(s) for s in seeds]
+    return starts
 
 
 def check_sim_arm(env: WorldModelEnv, hint: str) -> None:

@@ -17,7 +17,10 @@ world model's own bias), the policy is exploiting the world model: training stop
 back to the last evaluated weights within the margin.
 
 Simulator physics steps are counted around every training iteration (`rl_finetune.sim_steps`); the run
-fails if training used any, and the summary reports the evaluation's sim steps separately.
+fails if training used any, and the summary reports the evaluation's sim steps separately. The one exception
+is asked for by name: `--rollouts=sim` trains on the simulator's own episodes (`policy_rl.sim_rollouts`), the
+diagnostic that measures what the RL recipe gains with a perfect world model and judge; its summary then
+reports the training's sim steps.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from worldloop.rl_finetune.policy_rl.nft.configuration_nft import PolicyNFTConfi
 from worldloop.rl_finetune.policy_rl.nft.nft import PolicyNFTTrainer
 from worldloop.rl_finetune.policy_rl.ppo.configuration_ppo import PPOConfig
 from worldloop.rl_finetune.policy_rl.ppo.ppo import PPOTrainer
+from worldloop.rl_finetune.policy_rl.sim_rollouts import SimRolloutEnv
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.vla.factory import load_policy
 from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
@@ -102,6 +106,7 @@ class FinetuneEvalConfig:
 
 
 EVAL_BACKENDS = ("sim", "lerobot_env")
+ROLLOUTS = ("imagination", "sim")
 
 
 @dataclass
@@ -131,6 +136,12 @@ class FinetunePolicyConfig:
     # The policy the KL trust region anchors to; "" -> the policy being fine-tuned, as loaded.
     reference_policy: str = ""
     loop: LoopConfig = field(default_factory=LoopConfig)  # --loop.rounds=N: the closed loop (closed_loop.py)
+    # Where the training rollouts happen: "imagination" (the world model and its judge; never the simulator),
+    # or "sim": the simulator's own episodes from the same starts, scored by its own success and progress
+    # (policy_rl/sim_rollouts.py). "sim" measures the RL recipe's ceiling with a perfect world model and judge;
+    # it steps the physics for training, and its summary says how often. The eval.max_gap guard (against
+    # exploiting the world model) does not apply there: imagined success is still evaluated and reported.
+    rollouts: str = "imagination"
 
     def validate(self) -> None:
         """Refuses a config that cannot run, and fills the one default that depends on another field
@@ -159,6 +170,18 @@ class FinetunePolicyConfig:
                 f"algorithm: {type(self.algorithm).__name__} has no trainer; expected one of "
                 f"{sorted(c.__name__ for c in TRAINERS)}"
             )
+        if self.rollouts not in ROLLOUTS:
+            raise ValueError(f"rollouts={self.rollouts!r}; expected one of {ROLLOUTS}")
+        if self.rollouts == "sim":
+            if self.starts.source != "sim" or self.eval.backend != "sim" or self.loop.rounds:
+                raise ValueError(
+                    "rollouts=sim runs the MuJoCo tabletop: it needs starts.source=sim, eval.backend=sim and "
+                    "no closed loop (loop.rounds=0)"
+                )
+            if getattr(self.algorithm, "hindsight", False):
+                raise ValueError(
+                    "rollouts=sim has no judge to relabel episodes with: set algorithm.hindsight=false"
+                )
         self.env.validate()
         self.algorithm.validate()
         self.loop.validate()
@@ -277,7 +300,11 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         )
     pool = training_starts(cfg, env)
     held_out = held_out_starts(cfg, env)
-    trainer = make_trainer(cfg, policy, env)
+    rollout_env = env
+    if cfg.rollouts == "sim":
+        frame_size = world_model.cfg.frame_size
+        rollout_env = SimRolloutEnv(cfg.eval.sim, cfg.env, env.cameras, frame_size, cfg.device)
+    trainer = make_trainer(cfg, policy, rollout_env)
     rng = np.random.default_rng(cfg.seed)
     history, evaluations = [], []
     train_sim_steps = 0
@@ -328,7 +355,7 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
     best = load_json(best_dir / "evaluation.json") if cfg.eval.keep == "best_imagined" else None
     metrics = open(out / "metrics.jsonl", "w")
     metrics.writelines(json.dumps(h) + "\n" for h in history)
-    desc = f"{trainer.algorithm} in imagination"
+    desc = f"{trainer.algorithm} in " + ("imagination" if cfg.rollouts == "imagination" else "the simulator")
     starts_per_iteration = cfg.algorithm.starts_per_iteration
     for it in tqdm(range(trainer.iteration + 1, cfg.iterations + 1), desc=desc):
         index = rng.choice(pool.batch_size, size=starts_per_iteration, replace=False).tolist()
@@ -349,7 +376,8 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         if it % cfg.eval.every == 0 or it == cfg.iterations or spent:
             ev = run_eval(it)
             drift = ev["gap"] - evaluations[0]["gap"]
-            if abs(drift) > cfg.eval.max_gap:
+            # With rollouts in the simulator there is no world model to exploit: the gap is only reported.
+            if cfg.rollouts == "imagination" and abs(drift) > cfg.eval.max_gap:
                 policy.load_state_dict(good)
                 rolled_back = True
                 stopped = (
@@ -375,7 +403,9 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
                 tqdm.write(stopped)
                 break
     metrics.close()
-    if train_sim_steps != 0:
+    if rollout_env is not env:
+        rollout_env.close()
+    if cfg.rollouts == "imagination" and train_sim_steps != 0:
         raise RuntimeError(
             f"training stepped the simulator {train_sim_steps} times; it must use imagination only"
         )
@@ -389,6 +419,7 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         "policy": cfg.policy.path,
         "world_model": cfg.world_model,
         "iterations_run": len(history),
+        "rollouts": cfg.rollouts,
         "train_sim_steps": train_sim_steps,
         "eval_sim_steps": sum(e["sim_steps"] for e in evaluations),
         "algorithm": cfg.algorithm.type,
