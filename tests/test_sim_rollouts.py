@@ -60,7 +60,8 @@ def test_episodes_are_the_simulators_own_from_the_starts_seeds():
         np.testing.assert_allclose(obs[STATE][2].numpy(), ref_obs[STATE], atol=1e-6)
         assert env.progress[2].item() == pytest.approx(ref_info["progress"])
         torch.testing.assert_close(reward, info["progress"])  # progress gained from 0 at reset
-        torch.testing.assert_close(obs[STATE][2], obs[STATE][3])  # the same seed and actions, the same physics
+        # the same seed and actions, the same physics
+        torch.testing.assert_close(obs[STATE][2], obs[STATE][3])
         env.step(chunk)  # cut at the horizon: one step left
         assert env.steps_taken == 4 and env.done.all()
         with pytest.raises(RuntimeError, match="horizon"):
@@ -106,7 +107,10 @@ def test_finetune_on_sim_rollouts_trains_and_reports_its_sim_steps(tmp_path):
     "overrides, match",
     [
         ({"rollouts": "world"}, "rollouts='world'"),
-        ({"rollouts": "sim", "starts": StartsConfig(source="dataset", dataset_root="x")}, "starts.source=sim"),
+        (
+            {"rollouts": "sim", "starts": StartsConfig(source="dataset", dataset_root="x")},
+            "starts.source=sim",
+        ),
     ],
 )
 def test_bad_rollouts_settings_are_named(tmp_path, overrides, match):
