@@ -40,7 +40,8 @@ class SimEvalConfig:
         )
 
 
-def _policy_batch(observations: list[dict], tasks: list[str], cameras: tuple[str, ...], device) -> dict:
+def policy_batch(observations: list[dict], tasks: list[str], cameras: tuple[str, ...], device) -> dict:
+    """The policy's batch of tabletop observations (uint8 HxWx3 images, joint state), one per episode."""
     batch = {
         image_key(c): torch.from_numpy(np.stack([o[image_key(c)] for o in observations]))
         .to(device)
@@ -65,7 +66,7 @@ class TabletopEpisodes:
         return {"seed": seed, "task": reset_info["task"], "success": False, "progress": 0.0, "length": 0}
 
     def policy_batch(self, observations: list[dict], records: list[dict]) -> dict:
-        return _policy_batch(observations, [r["task"] for r in records], self.cameras, self.device)
+        return policy_batch(observations, [r["task"] for r in records], self.cameras, self.device)
 
     def update(self, record: dict, reward: float, info: dict) -> None:
         record["success"] = record["success"] or bool(info["success"])

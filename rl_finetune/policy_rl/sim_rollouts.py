@@ -14,11 +14,9 @@ world model's frame size, so the policy sees what it sees in imagination, only r
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from worldloop.data.features import STATE, TASK, image_key
-from worldloop.vla.sim_evaluation import SimEvalConfig
+from worldloop.vla.sim_evaluation import SimEvalConfig, policy_batch
 from worldloop.world_model.world_model_env import InitialStates, WorldModelEnvConfig
 
 
@@ -84,17 +82,7 @@ class SimRolloutEnv:
         return self._observation()
 
     def _observation(self) -> dict:
-        obs = {
-            image_key(c): torch.from_numpy(np.stack([o[image_key(c)] for o in self._last]))
-            .permute(0, 3, 1, 2)
-            .float()
-            .div_(255)
-            .to(self.device)
-            for c in self.cameras
-        }
-        obs[STATE] = torch.from_numpy(np.stack([o[STATE] for o in self._last])).float().to(self.device)
-        obs[TASK] = list(self._task)
-        return obs
+        return policy_batch(self._last, self._task, self.cameras, self.device)
 
     @torch.no_grad()
     def step(self, action_chunk: torch.Tensor) -> tuple[dict, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
