@@ -116,11 +116,11 @@ def test_hindsight_judged_under_the_own_instruction_is_the_episode_success():
     trainer = _trainer()
     starts = random_starts(2, seed=5).repeat(4)
     own = sorted(set(starts.task))
-    chunks = imagine_chunks(trainer.old, trainer.env, starts, 0, trainer.noise_level, CFG, own)
+    chunks = imagine_chunks(trainer.old, trainer.env, starts, 0, trainer.sampler(trainer.old), CFG, own)
     column = torch.tensor([own.index(t) for t in starts.task])
     judged_own = chunks.hindsight.gather(1, column[:, None])[:, 0]
     assert torch.equal(judged_own >= 0, chunks.success.bool())
-    plain = imagine_chunks(trainer.old, trainer.env, starts, 0, trainer.noise_level, CFG)
+    plain = imagine_chunks(trainer.old, trainer.env, starts, 0, trainer.sampler(trainer.old), CFG)
     assert plain.hindsight is None and torch.equal(plain.returns, chunks.returns)  # judging changes nothing
 
 

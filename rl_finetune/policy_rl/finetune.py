@@ -3,13 +3,15 @@
     python finetune_policy.py --config configs/finetune/tiny.yaml --policy.path=... --world_model=...
     python finetune_policy.py ... --algorithm.type=ppo        # PPO with a value head instead of GRPO
     python finetune_policy.py ... --algorithm.type=nft        # likelihood-free DiffusionNFT
+    python finetune_policy.py ... --algorithm.type=steer      # PPO on the initial noise (latent steering)
 
 Training episodes start from a pool of real first observations (simulator or LeRobot env resets, rendered
 and never stepped, or dataset episodes) and run only in the world model, optimised by the algorithm the config's
 `algorithm` choice names (`policy_rl.configuration.AlgorithmConfig`): GRPO (`policy_rl/grpo/`, the default)
 or PPO with a value head (`policy_rl/ppo/`), which share the rollout collection and the clipped update with
 a KL to the BC policy (`policy_rl.flow_policy_gradient`), or DiffusionNFT (`policy_rl/nft/`: the same
-collection, a reward-weighted flow-matching update). Every `eval.every` iterations the policy is evaluated
+collection, a reward-weighted flow-matching update), or latent steering (`policy_rl/steer/`: PPO on a head that
+picks the initial noise of the frozen BC policy's sampler). Every `eval.every` iterations the policy is evaluated
 in imagination and in the simulator from the same held-out starts (`eval.backend`: the MuJoCo sim, or
 one of LeRobot's gym envs such as gym-pusht for a world model of another robot); imagined and simulated success are
 logged side by side. When their difference moves by more than `eval.max_gap` from the BC policy's (the
@@ -56,6 +58,8 @@ from worldloop.rl_finetune.policy_rl.nft.nft import PolicyNFTTrainer
 from worldloop.rl_finetune.policy_rl.ppo.configuration_ppo import PPOConfig
 from worldloop.rl_finetune.policy_rl.ppo.ppo import PPOTrainer
 from worldloop.rl_finetune.policy_rl.sim_rollouts import SimRolloutEnv
+from worldloop.rl_finetune.policy_rl.steer.configuration_steer import SteerConfig
+from worldloop.rl_finetune.policy_rl.steer.steer import SteerTrainer
 from worldloop.rl_finetune.sim_steps import count_sim_steps
 from worldloop.vla.factory import load_policy
 from worldloop.vla.lerobot_env_evaluation import LeRobotEnvEvalConfig, evaluate_in_lerobot_env
@@ -198,6 +202,7 @@ TRAINERS: dict[type[AlgorithmConfig], type[FlowPolicyTrainer]] = {
     GRPOConfig: GRPOTrainer,
     PPOConfig: PPOTrainer,
     PolicyNFTConfig: PolicyNFTTrainer,
+    SteerConfig: SteerTrainer,
 }
 
 
@@ -205,7 +210,7 @@ def make_trainer(cfg: FinetunePolicyConfig, policy, env: WorldModelEnv) -> FlowP
     """The trainer of `cfg.algorithm`'s type, its BC reference loaded from `cfg.reference_policy` if set."""
     trainer = TRAINERS[type(cfg.algorithm)](policy, env, cfg.algorithm, seed=cfg.seed)
     if cfg.reference_policy:
-        load_model_weights(trainer.reference, Path(cfg.reference_policy) / "model.safetensors")
+        trainer.load_reference(Path(cfg.reference_policy) / "model.safetensors")
     return trainer
 
 

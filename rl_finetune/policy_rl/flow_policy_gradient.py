@@ -21,14 +21,21 @@ sum to `success_reward * success + progress_reward * final progress` (progress s
 from __future__ import annotations
 
 import copy
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from worldloop.common.checkpoint import load_model_weights
 from worldloop.data.features import IMAGE_PREFIX, STATE, TASK, camera_of, image_key
 from worldloop.rl_finetune.policy_rl.configuration import AlgorithmConfig
 from worldloop.vla.flow_vla import flow_matching
 from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
+
+# How a trainer draws a chunk: (observation batch, generator=...) -> the chunk with its chain and log-probs.
+Sampler = Callable[..., flow_matching.StochasticChunk]
 
 
 @dataclass
@@ -97,11 +104,12 @@ def imagine_chunks(
     env: WorldModelEnv,
     starts: InitialStates,
     seed: int,
-    noise_level: float,
+    sample: Sampler,
     cfg: AlgorithmConfig,
     instructions: list[str] | None = None,
 ) -> ImaginedChunks:
-    """Episodes from `starts` with the stochastic sampler, rewarded by `cfg`'s success and progress weights.
+    """Episodes from `starts`, each chunk drawn by `sample` (the trainer's `sampler(policy)`), rewarded by
+    `cfg`'s success and progress weights.
 
     With `instructions`, every imagined step is also judged under each of them (`WorldModelEnv.success_prob`),
     and `hindsight` records after which decision an episode would have succeeded had it been asked for it.
@@ -116,11 +124,11 @@ def imagine_chunks(
     while not env.done.all():
         live = ~env.done
         succeeded, progress = env.succeeded.clone(), env.progress.clone()
-        sample = policy.sample_stochastic(obs, generator=generator, noise_level=noise_level)
-        actions = policy.unnormalize_actions(sample.actions)[:, : policy.n_action_steps]
+        drawn = sample(obs, generator=generator)
+        actions = policy.unnormalize_actions(drawn.actions)[:, : policy.n_action_steps]
         out.observations.append(obs)
-        out.chains.append(sample.chain)
-        out.log_probs.append(sample.step_log_probs)
+        out.chains.append(drawn.chain)
+        out.log_probs.append(drawn.step_log_probs)
         out.live.append(live)
         obs, _, _, _, info = env.step(actions)
         for i, instruction in enumerate(instructions or []):
@@ -202,6 +210,15 @@ class FlowPolicyTrainer:
 
     def collect(self, starts: InitialStates, seed: int) -> Rollouts:
         raise NotImplementedError
+
+    def load_reference(self, path: Path) -> None:
+        """The BC reference's weights from a `model.safetensors` (`FinetunePolicyConfig.reference_policy`)."""
+        load_model_weights(self.reference, path)
+
+    def sampler(self, model) -> Sampler:
+        """How `model` draws the chunks it is trained on: its noise-injected sampler at the exploration
+        noise (each denoising step a Gaussian policy step, see `_transitions`)."""
+        return functools.partial(model.sample_stochastic, noise_level=self.noise_level)
 
     def auxiliary_update(self, data: Rollouts, index: torch.Tensor) -> dict[str, float]:
         """A further loss on the same minibatch (PPO: the value head); GRPO has none."""

@@ -59,6 +59,12 @@ class FlowVLAConfig:
     # Stochastic sampling for RL: diffusion coefficient g of the marginal-preserving SDE (normalised units).
     sde_noise_level: float = 0.3
     rtc_max_guidance: float = 5.0
+    # Latent steering (DSRL, Wagenmaker et al. 2025): > 0 adds a head of this width that reads the pooled
+    # observation tokens and shifts the mean of the sampler's initial noise, x_0 ~ N(mean(obs), std^2 I).
+    # RL trains the head alone (`--algorithm.type=steer`); the velocity field keeps its BC weights. The head
+    # starts at mean 0, so with std 1 the steered policy draws exactly what the BC policy drew. 0: no head.
+    steering_hidden: int = 0
+    steering_std: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.cameras:
@@ -72,6 +78,11 @@ class FlowVLAConfig:
         if self.vision.backbone not in ("conv", "resnet18"):
             raise ValueError(
                 f"FlowVLAConfig.vision.backbone: expected 'conv' or 'resnet18', got {self.vision.backbone!r}"
+            )
+        if self.steering_hidden < 0 or self.steering_std <= 0:
+            raise ValueError(
+                f"FlowVLAConfig.steering_hidden ({self.steering_hidden}) must be >= 0 and steering_std "
+                f"({self.steering_std}) > 0"
             )
         if self.augment_shift < 0:
             raise ValueError(f"FlowVLAConfig.augment_shift must be >= 0 pixels, got {self.augment_shift}")

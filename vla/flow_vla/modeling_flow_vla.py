@@ -97,6 +97,32 @@ class ActionExpert(nn.Module):
         return self.out_proj(self.norm(h))
 
 
+class LatentSteering(nn.Module):
+    """The mean of the sampler's initial noise from the observation tokens: [B, T, D] -> [B, H, A].
+
+    Zero at initialisation, so a freshly added head leaves the policy's behaviour unchanged."""
+
+    def __init__(self, cfg: FlowVLAConfig):
+        super().__init__()
+        self.chunk_size, self.action_dim = cfg.chunk_size, cfg.action_dim
+        self.net = nn.Sequential(
+            nn.LayerNorm(cfg.dim),
+            nn.Linear(cfg.dim, cfg.steering_hidden),
+            nn.SiLU(),
+            nn.Linear(cfg.steering_hidden, cfg.steering_hidden),
+            nn.SiLU(),
+            nn.Linear(cfg.steering_hidden, cfg.chunk_size * cfg.action_dim),
+        )
+        nn.init.zeros_(self.net[-1].weight)
+        nn.init.zeros_(self.net[-1].bias)
+
+    def forward(self, obs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        tokens, pad = obs
+        keep = (~pad).to(tokens.dtype)[..., None]
+        pooled = (tokens * keep).sum(1) / keep.sum(1).clamp(min=1)
+        return self.net(pooled).view(-1, self.chunk_size, self.action_dim)
+
+
 class FlowVLAPolicy(PretrainedPolicy):
     """The built-in VLA. Outputs unnormalised absolute joint targets; see `vla.policy` for the batch."""
 
@@ -108,6 +134,20 @@ class FlowVLAPolicy(PretrainedPolicy):
         self.chunk_size = config.chunk_size
         self.observation_encoder = ObservationEncoder(config)
         self.action_expert = ActionExpert(config)
+        self.latent_steering = LatentSteering(config) if config.steering_hidden else None
+
+    def enable_latent_steering(self, hidden: int, std: float = 1.0) -> None:
+        """Add a latent steering head (`FlowVLAConfig.steering_hidden`) to a policy that has none; the head
+        starts at mean 0, so with std 1 the policy's behaviour is unchanged. Saved with the policy."""
+        if self.latent_steering is not None:
+            raise ValueError(
+                f"{type(self).__name__} already has a latent steering head (steering_hidden="
+                f"{self.config.steering_hidden})"
+            )
+        self.config.steering_hidden, self.config.steering_std = hidden, std
+        self.config.__post_init__()
+        device = next(self.parameters()).device
+        self.latent_steering = LatentSteering(self.config).to(device)
 
     # ---- observation ---------------------------------------------------------------------------------
     def _check_batch(self, batch: dict) -> None:
@@ -162,14 +202,28 @@ class FlowVLAPolicy(PretrainedPolicy):
         return loss, {"flow_mse": float(loss.detach())}
 
     # ---- sampling ------------------------------------------------------------------------------------
-    def _noise(
-        self, batch: dict, noise: torch.Tensor | None, generator: torch.Generator | None
+    def noise_mean(self, obs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor | float:
+        """The mean of the sampler's initial noise: the steering head's output, or 0 without one."""
+        return 0.0 if self.latent_steering is None else self.latent_steering(obs)
+
+    @property
+    def noise_std(self) -> float:
+        return 1.0 if self.latent_steering is None else self.config.steering_std
+
+    def initial_noise(
+        self,
+        obs: tuple[torch.Tensor, torch.Tensor],
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
+        """The sampler's x_0 [B, H, A]: `noise` if given, else drawn from N(`noise_mean`, `noise_std`^2 I)."""
         if noise is not None:
             return noise
-        b = batch[STATE].shape[0]
-        device = batch[STATE].device
-        return torch.randn(b, self.chunk_size, self.action_dim, generator=generator, device=device)
+        tokens = obs[0]
+        eps = torch.randn(
+            tokens.shape[0], self.chunk_size, self.action_dim, generator=generator, device=tokens.device
+        )
+        return self.noise_mean(obs) + self.noise_std * eps
 
     @torch.no_grad()
     def predict_action_chunk(
@@ -179,10 +233,12 @@ class FlowVLAPolicy(PretrainedPolicy):
         generator: torch.Generator | None = None,
         num_steps: int | None = None,
     ) -> torch.Tensor:
-        """Deterministic Euler integration of the flow from `noise` (drawn with `generator` if not given)."""
+        """Deterministic Euler integration of the flow from `noise` (drawn with `generator` if not given,
+        around the steering head's mean when the policy has one)."""
         steps = num_steps or self.config.num_inference_steps
+        obs = self.encode_observation(batch)
         x = flow_matching.euler_sample(
-            self.velocity_fn(self.encode_observation(batch)), self._noise(batch, noise, generator), steps
+            self.velocity_fn(obs), self.initial_noise(obs, noise, generator), steps
         )
         return self.normalizer.unnormalize(ACTION, x)
 
@@ -199,9 +255,10 @@ class FlowVLAPolicy(PretrainedPolicy):
         the chain under the current weights (differentiably).
         """
         with torch.no_grad():
+            obs = self.encode_observation(batch)
             return flow_matching.stochastic_sample(
-                self.velocity_fn(self.encode_observation(batch)),
-                self._noise(batch, None, generator),
+                self.velocity_fn(obs),
+                self.initial_noise(obs, None, generator),
                 num_steps or self.config.num_inference_steps,
                 self.config.sde_noise_level if noise_level is None else noise_level,
                 generator,
@@ -210,10 +267,11 @@ class FlowVLAPolicy(PretrainedPolicy):
     def log_prob(self, batch: dict, chain: torch.Tensor, noise_level: float | None = None) -> torch.Tensor:
         """[B] log p(chain | obs) of a denoising chain [B, K+1, H, A] whose last entry is the chunk."""
         level = self.config.sde_noise_level if noise_level is None else noise_level
-        steps = flow_matching.chain_step_log_probs(
-            self.velocity_fn(self.encode_observation(batch)), chain, level
+        obs = self.encode_observation(batch)
+        steps = flow_matching.chain_step_log_probs(self.velocity_fn(obs), chain, level)
+        return steps.sum(dim=1) + flow_matching.gaussian_log_prob(
+            chain[:, 0], self.noise_mean(obs), self.noise_std
         )
-        return steps.sum(dim=1) + flow_matching.gaussian_log_prob(chain[:, 0], 0.0, 1.0)
 
     def predict_action_chunk_with_prefix(
         self,
@@ -235,7 +293,7 @@ class FlowVLAPolicy(PretrainedPolicy):
             obs = self.encode_observation(batch)
         x = flow_matching.rtc_inpaint(
             self.velocity_fn(obs),
-            self._noise(batch, noise, generator),
+            self.initial_noise(obs, noise, generator),
             num_steps or self.config.num_inference_steps,
             self.normalizer.normalize(ACTION, prefix.float()),
             inference_delay,

@@ -53,7 +53,7 @@ class GRPOTrainer(FlowPolicyTrainer):
         """Imagine `group_size` episodes from every start with the stochastic sampler."""
         cfg = self.cfg
         chunks = imagine_chunks(
-            self.policy, self.env, starts.repeat(cfg.group_size), seed, self.noise_level, cfg
+            self.policy, self.env, starts.repeat(cfg.group_size), seed, self.sampler(self.policy), cfg
         )
         adv = group_advantages(chunks.returns, cfg.group_size, cfg.advantage_eps, cfg.scale_by_group_std)
         return flatten(chunks, [adv] * len(chunks.chains))

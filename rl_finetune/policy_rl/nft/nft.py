@@ -77,7 +77,7 @@ class PolicyNFTTrainer(FlowPolicyTrainer):
             self.env,
             starts.repeat(cfg.group_size),
             seed,
-            self.noise_level,
+            self.sampler(self.old),
             cfg,
             self.instructions if cfg.hindsight else None,
         )

@@ -92,7 +92,12 @@ class PPOTrainer(FlowPolicyTrainer):
     def collect(self, starts: InitialStates, seed: int) -> Rollouts:
         cfg = self.cfg
         chunks = imagine_chunks(
-            self.policy, self.env, starts.repeat(cfg.rollouts_per_start), seed, self.noise_level, cfg
+            self.policy,
+            self.env,
+            starts.repeat(cfg.rollouts_per_start),
+            seed,
+            self.sampler(self.policy),
+            cfg,
         )
         chunk_steps = self.policy.n_action_steps
         horizon = self.env.config.horizon

@@ -1,0 +1,1 @@
+"""worldloop: rl_finetune.policy_rl.steer."""
