@@ -144,7 +144,7 @@ def test_bad_settings_are_named(field, value, match):
         SteerConfig(**{field: value}).validate()
 
 
-def test_finetune_with_steer_saves_the_bc_policy_with_its_head(tmp_path):
+def test_finetune_with_steer_saves_the_bc_policy_with_its_head(tmp_path, capsys):
     from worldloop.rl_finetune.policy_rl.finetune import (
         FinetuneEvalConfig,
         FinetunePolicyConfig,
@@ -168,6 +168,7 @@ def test_finetune_with_steer_saves_the_bc_policy_with_its_head(tmp_path):
     )  # fmt: skip
     summary = finetune(cfg)
     assert summary["algorithm"] == "steer" and summary["train_sim_steps"] == 0
+    assert "steer: starts_per_iteration=2, epochs=1, minibatch_size=8, lr=0.0003" in capsys.readouterr().out
     tuned = FlowVLAPolicy.from_pretrained(tmp_path / "ft" / "pretrained_model")
     bc = FlowVLAPolicy.from_pretrained(policy)
     assert tuned.latent_steering is not None and bc.latent_steering is None

@@ -310,6 +310,8 @@ def finetune(cfg: FinetunePolicyConfig) -> dict:
         frame_size = world_model.cfg.frame_size
         rollout_env = SimRolloutEnv(cfg.eval.sim, cfg.env, env.cameras, frame_size, cfg.device)
     trainer = make_trainer(cfg, policy, rollout_env)
+    # A config file's `algorithm:` fields stay when the command line changes `--algorithm.type`: say what runs.
+    tqdm.write(f"{cfg.algorithm.type}: " + ", ".join(f"{k}={v}" for k, v in asdict(cfg.algorithm).items()))
     rng = np.random.default_rng(cfg.seed)
     history, evaluations = [], []
     train_sim_steps = 0
