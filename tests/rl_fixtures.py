@@ -1,5 +1,5 @@
-"""Fixtures shared by tests/test_grpo.py and tests/test_ppo.py: a tiny world model whose imagined episodes
-differ in outcome, a trainer on it, and a flat view of a module's parameters.
+"""Fixtures shared by the policy RL tests (GRPO, PPO, NFT, steer): a tiny world model whose imagined episodes
+differ in outcome, a trainer on it, a two-iteration fine-tuning config, and a flat view of a module's parameters.
 
 A random tiny world model's success head can fire (or never fire) for every start, depending on how the
 random weights fall; RL tests need both outcomes. `mixed_outcome_world_model` shifts the success logit's
@@ -35,6 +35,28 @@ def make_trainer(trainer_class, cfg, horizon: int, seed: int = 0):
         mixed_outcome_world_model(), WorldModelEnvConfig(horizon=horizon, success_threshold=0.5)
     )
     return trainer_class(tiny_policy(), env, cfg, seed=seed)
+
+
+def tiny_finetune_config(tmp_path, algorithm):
+    """A 2-iteration `finetune` config for `algorithm` on a saved tiny policy and mixed-outcome world model,
+    evaluated on 2 reach episodes of 4 steps (the output under `tmp_path / "ft"`)."""
+    from worldloop.rl_finetune.policy_rl.finetune import (
+        FinetuneEvalConfig,
+        FinetunePolicyConfig,
+        PolicyPath,
+        StartsConfig,
+    )
+    from worldloop.vla.sim_evaluation import SimEvalConfig
+
+    wm, policy = tmp_path / "wm", tmp_path / "policy"
+    mixed_outcome_world_model().save_pretrained(wm)
+    tiny_policy().save_pretrained(policy)
+    return FinetunePolicyConfig(
+        policy=PolicyPath(str(policy)), world_model=str(wm), output_dir=str(tmp_path / "ft"), iterations=2,
+        env=WorldModelEnvConfig(horizon=4), algorithm=algorithm, starts=StartsConfig(count=3, seed=0),
+        eval=FinetuneEvalConfig(every=2, episodes=2, seed=100, batch_envs=2, max_gap=1.0,
+                                sim=SimEvalConfig(task="reach", max_steps=4, batch_envs=2, videos=0)),
+    )  # fmt: skip
 
 
 def flat_params(module: torch.nn.Module) -> torch.Tensor:

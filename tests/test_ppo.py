@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
-from rl_fixtures import flat_params, make_trainer, mixed_outcome_world_model
+from rl_fixtures import flat_params, make_trainer, mixed_outcome_world_model, tiny_finetune_config
 
 from worldloop.rl_finetune.policy_rl.ppo.configuration_ppo import PPOConfig
 from worldloop.rl_finetune.policy_rl.ppo.ppo import PPOTrainer, gae
 from worldloop.rl_finetune.sim_steps import count_sim_steps
-from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
+from worldloop.world_model.world_model_env import WorldModelEnv
 
 CFG = PPOConfig(
     starts_per_iteration=3, rollouts_per_start=2, epochs=1, minibatch_size=8, lr=1e-3, kl_coef=0.1
@@ -104,27 +104,10 @@ def test_bad_config_and_non_flow_policy_are_refused():
 
 def test_finetune_with_ppo_runs_without_sim_steps_and_resumes_its_value_head(tmp_path):
     from worldloop.common.checkpoint import load_torch
-    from worldloop.rl_finetune.policy_rl.finetune import (
-        FinetuneEvalConfig,
-        FinetunePolicyConfig,
-        PolicyPath,
-        StartsConfig,
-        finetune,
-        make_trainer,
-    )
-    from worldloop.vla.sim_evaluation import SimEvalConfig
+    from worldloop.rl_finetune.policy_rl.finetune import finetune, make_trainer
 
-    wm, policy = tmp_path / "wm", tmp_path / "policy"
-    mixed_outcome_world_model().save_pretrained(wm)
-    tiny_policy().save_pretrained(policy)
-    cfg = FinetunePolicyConfig(
-        policy=PolicyPath(str(policy)), world_model=str(wm), output_dir=str(tmp_path / "ft"), iterations=2,
-        env=WorldModelEnvConfig(horizon=4),
-        algorithm=PPOConfig(starts_per_iteration=2, rollouts_per_start=1, epochs=1, minibatch_size=8, lr=1e-3),
-        starts=StartsConfig(count=3, seed=0),
-        eval=FinetuneEvalConfig(every=2, episodes=2, seed=100, batch_envs=2, max_gap=1.0,
-                                sim=SimEvalConfig(task="reach", max_steps=4, batch_envs=2, videos=0)),
-    )  # fmt: skip
+    algorithm = PPOConfig(starts_per_iteration=2, rollouts_per_start=1, epochs=1, minibatch_size=8, lr=1e-3)
+    cfg = tiny_finetune_config(tmp_path, algorithm)
     summary = finetune(cfg)
     assert summary["algorithm"] == "ppo" and summary["iterations_run"] == 2
     assert summary["train_sim_steps"] == 0 and summary["eval_sim_steps"] > 0

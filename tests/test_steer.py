@@ -8,7 +8,7 @@ import pytest
 import torch
 import vla_fixtures
 from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
-from rl_fixtures import flat_params, make_trainer, mixed_outcome_world_model
+from rl_fixtures import flat_params, make_trainer, mixed_outcome_world_model, tiny_finetune_config
 
 from worldloop.rl_finetune.policy_rl.steer.configuration_steer import SteerConfig
 from worldloop.rl_finetune.policy_rl.steer.steer import SteerTrainer, steered_sample
@@ -145,32 +145,15 @@ def test_bad_settings_are_named(field, value, match):
 
 
 def test_finetune_with_steer_saves_the_bc_policy_with_its_head(tmp_path, capsys):
-    from worldloop.rl_finetune.policy_rl.finetune import (
-        FinetuneEvalConfig,
-        FinetunePolicyConfig,
-        PolicyPath,
-        StartsConfig,
-        finetune,
-    )
-    from worldloop.vla.sim_evaluation import SimEvalConfig
-    from worldloop.world_model.world_model_env import WorldModelEnvConfig
+    from worldloop.rl_finetune.policy_rl.finetune import finetune
 
-    wm, policy = tmp_path / "wm", tmp_path / "policy"
-    mixed_outcome_world_model().save_pretrained(wm)
-    tiny_policy().save_pretrained(policy)
-    cfg = FinetunePolicyConfig(
-        policy=PolicyPath(str(policy)), world_model=str(wm), output_dir=str(tmp_path / "ft"), iterations=2,
-        env=WorldModelEnvConfig(horizon=4),
-        algorithm=SteerConfig(starts_per_iteration=2, rollouts_per_start=1, epochs=1, minibatch_size=8),
-        starts=StartsConfig(count=3, seed=0),
-        eval=FinetuneEvalConfig(every=2, episodes=2, seed=100, batch_envs=2, max_gap=1.0,
-                                sim=SimEvalConfig(task="reach", max_steps=4, batch_envs=2, videos=0)),
-    )  # fmt: skip
+    algorithm = SteerConfig(starts_per_iteration=2, rollouts_per_start=1, epochs=1, minibatch_size=8)
+    cfg = tiny_finetune_config(tmp_path, algorithm)
     summary = finetune(cfg)
     assert summary["algorithm"] == "steer" and summary["train_sim_steps"] == 0
     assert "steer: starts_per_iteration=2, epochs=1, minibatch_size=8, lr=0.0003" in capsys.readouterr().out
     tuned = FlowVLAPolicy.from_pretrained(tmp_path / "ft" / "pretrained_model")
-    bc = FlowVLAPolicy.from_pretrained(policy)
+    bc = FlowVLAPolicy.from_pretrained(cfg.policy.path)
     assert tuned.latent_steering is not None and bc.latent_steering is None
     frozen = {n: p for n, p in tuned.named_parameters() if not n.startswith("latent_steering")}
     assert all(torch.equal(p, frozen[n]) for n, p in bc.named_parameters())
