@@ -51,7 +51,8 @@ class StochasticChunk:
     @property
     def log_prob(self) -> torch.Tensor:
         """[B] log-probability of the whole denoising chain given the observation (x_0's N(0, I) term
-        included), the quantity policy-gradient methods on flow policies (Flow-Noise, ReinFlow) use."""
+        included), the quantity policy-gradient methods on flow policies (Flow-Noise, ReinFlow) use. For a
+        policy with a latent steering head, x_0 is not N(0, I): score its chain with `FlowVLAPolicy.log_prob`."""
         return self.step_log_probs.sum(dim=1) + gaussian_log_prob(self.chain[:, 0], 0.0, 1.0)
 
 
