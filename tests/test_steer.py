@@ -59,6 +59,13 @@ def test_the_head_moves_the_noise_and_so_the_chunk():
         policy.predict_action_chunk(batch, generator=torch.Generator().manual_seed(1)),
         tiny_policy().predict_action_chunk(batch, generator=torch.Generator().manual_seed(1)),
     )
+    # a chain's log-probability scores its x_0 under the steered mean, the denoising steps as before
+    chain = policy.sample_stochastic(batch, generator=torch.Generator().manual_seed(2)).chain
+    with torch.no_grad():
+        shift = policy.log_prob(batch, chain) - tiny_policy().log_prob(batch, chain)
+    x0 = chain[:, 0]
+    expected = flow_matching.gaussian_log_prob(x0, mean, 1.0) - flow_matching.gaussian_log_prob(x0, 0.0, 1.0)
+    torch.testing.assert_close(shift, expected, atol=1e-4, rtol=1e-5)
 
 
 def test_a_steered_sample_is_the_deterministic_chunk_of_its_noise_scored_as_drawn():
