@@ -8,6 +8,9 @@ statistics. Pure numpy and math, so every part may use them.
   it; the interval resamples within each class.
 - `bootstrap_ci`: any statistic of grouped samples (e.g. a ranking correlation over policies whose success
   rates are each estimated from episodes), by resampling within each group.
+- `within_group_auroc`, `cluster_bootstrap_ci`: whether a score orders the samples of one group (the rollouts
+  of one start state) as their labels do, the only comparison a group baseline learns from; its interval
+  resamples whole groups.
 """
 
 from __future__ import annotations
@@ -110,18 +113,21 @@ def bootstrap_ci(
     if n_boot < 1:
         raise ValueError(f"bootstrap_ci: n_boot={n_boot} must be >= 1")
     rng = np.random.default_rng(seed)
-    draws = np.array(
-        [statistic([a[rng.integers(0, len(a), len(a))] for a in arrays]) for _ in range(n_boot)],
-        dtype=np.float64,
-    )
+    draws = [statistic([a[rng.integers(0, len(a), len(a))] for a in arrays]) for _ in range(n_boot)]
+    return _percentile_interval(statistic(arrays), draws, level)
+
+
+def _percentile_interval(value: float, draws: Sequence[float], level: float) -> dict[str, float]:
+    """{value, low, high, n_boot, undefined}: the percentile interval of the finite bootstrap draws."""
+    draws = np.asarray(draws, dtype=np.float64)
     finite = draws[np.isfinite(draws)]
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(finite, [tail, 100 - tail]) if len(finite) else (math.nan, math.nan)
     return {
-        "value": float(statistic(arrays)),
+        "value": float(value),
         "low": float(low),
         "high": float(high),
-        "n_boot": n_boot,
+        "n_boot": len(draws),
         "undefined": int(len(draws) - len(finite)),
     }
 
@@ -145,3 +151,47 @@ def auroc_ci(
         level=level,
         seed=seed,
     )
+
+
+def within_group_auroc(
+    scores: Sequence[float], labels: Sequence[bool], groups: Sequence[int]
+) -> dict[str, float]:
+    """AUROC over the (positive, negative) pairs that share a group: the chance that, of two samples of one
+    group with different labels, the positive scores higher (ties 1/2). Pairs across groups never count, so
+    groups that are all easy or all hard cannot make it high (as they can the pooled `auroc`).
+
+    Returns {value (NaN without a mixed group), pairs, mixed_groups}."""
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=bool)
+    g = np.asarray(groups)
+    if not s.shape == y.shape == g.shape or s.ndim != 1:
+        raise ValueError(
+            f"expected 1-D scores, labels and groups of equal length, got {s.shape}, {y.shape} and {g.shape}"
+        )
+    wins = pairs = 0.0
+    mixed = 0
+    for group in np.unique(g):
+        member = g == group
+        pos, neg = s[member & y], s[member & ~y]
+        if len(pos) and len(neg):
+            wins += (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+            pairs += len(pos) * len(neg)
+            mixed += 1
+    return {"value": float(wins / pairs) if pairs else math.nan, "pairs": int(pairs), "mixed_groups": mixed}
+
+
+def cluster_bootstrap_ci(
+    statistic: Callable[[np.ndarray], float],
+    n_clusters: int,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Percentile bootstrap over whole clusters (e.g. start states, whose rollouts are not independent):
+    `statistic(index)` sees an array of `n_clusters` cluster indices drawn with replacement (the identity
+    for the point value). Returns {value, low, high, n_boot, undefined}, as `bootstrap_ci`."""
+    if n_clusters < 1 or n_boot < 1:
+        raise ValueError(f"cluster_bootstrap_ci: n_clusters={n_clusters} and n_boot={n_boot} must be >= 1")
+    rng = np.random.default_rng(seed)
+    draws = [statistic(rng.integers(0, n_clusters, n_clusters)) for _ in range(n_boot)]
+    return _percentile_interval(statistic(np.arange(n_clusters)), draws, level)

@@ -442,15 +442,15 @@ def test_imagined_actions_in_sim_say_what_those_actions_do_to_the_cube():
     assert all(e["success"] for e in episodes)  # the expert pushes the cube home from these resets
     held = [{**e, "actions": [e["actions"][0]] * e["length"]} for e in episodes]  # the arm barely moves
     cut = [{**e, "length": 3} for e in episodes]  # the imagined episode ended (judged a success) at step 3
-    assert imagined_actions_in_sim(episodes, sim_cfg, seed=7)["per_episode"] == [True, True]
-    assert imagined_actions_in_sim(held, sim_cfg, seed=7)["per_episode"] == [False, False]
-    assert imagined_actions_in_sim(cut, sim_cfg, seed=7) == {
+    assert imagined_actions_in_sim(episodes, sim_cfg, seeds=[7, 8])["per_episode"] == [True, True]
+    assert imagined_actions_in_sim(held, sim_cfg, seeds=[7, 8])["per_episode"] == [False, False]
+    assert imagined_actions_in_sim(cut, sim_cfg, seeds=[7, 8]) == {
         "success_rate": 0.0,
         "per_episode": [False, False],
         "sim_steps": 6,
     }
     # Another reset puts the cube elsewhere: the same actions no longer push it home.
-    assert imagined_actions_in_sim(episodes[:1], sim_cfg, seed=100)["per_episode"] == [False]
+    assert imagined_actions_in_sim(episodes[:1], sim_cfg, seeds=[100])["per_episode"] == [False]
 
 
 def test_imagination_error_split_tells_the_world_from_the_policy():

@@ -5,7 +5,16 @@ import math
 import numpy as np
 import pytest
 
-from worldloop.common.stats import auroc, auroc_ci, bootstrap_ci, mean_ci, student_t_quantile, wilson_interval
+from worldloop.common.stats import (
+    auroc,
+    auroc_ci,
+    bootstrap_ci,
+    cluster_bootstrap_ci,
+    mean_ci,
+    student_t_quantile,
+    wilson_interval,
+    within_group_auroc,
+)
 from worldloop.rl_finetune.imagination.ranking import ranking_cis
 
 
@@ -91,3 +100,36 @@ def test_auroc_ci_resamples_within_each_class():
     assert auroc_ci([0.2, 0.9], [True, True]) is None
     with pytest.raises(ValueError, match="equal length"):
         auroc_ci([0.1, 0.2], [True])
+
+
+def test_within_group_auroc_counts_only_pairs_of_one_group():
+    # Group 0 is easy (both succeed, high scores), group 1 hard (both fail, low scores): pooled, the score
+    # looks perfect; within a group there is nothing to compare.
+    scores, labels, groups = [0.9, 0.8, 0.2, 0.1], [True, True, False, False], [0, 0, 1, 1]
+    assert auroc(scores, labels) == 1.0
+    unmixed = within_group_auroc(scores, labels, groups)
+    assert math.isnan(unmixed["value"]) and unmixed["pairs"] == 0 and unmixed["mixed_groups"] == 0
+    # Within each group the failure scores higher: 0, where pooling reads 0.25 (0.9 above 0.2).
+    scores, labels, groups = [0.9, 0.95, 0.1, 0.2], [True, False, True, False], [0, 0, 1, 1]
+    assert auroc(scores, labels) == 0.25
+    assert within_group_auroc(scores, labels, groups) == {"value": 0.0, "pairs": 2, "mixed_groups": 2}
+    # Ties count a half; a group of 1 success and 2 failures gives 2 pairs.
+    assert within_group_auroc([0.5, 0.5, 0.1], [True, False, False], [3, 3, 3])["value"] == 0.75
+    with pytest.raises(ValueError, match="equal length"):
+        within_group_auroc([0.1, 0.2], [True, False], [0])
+
+
+def test_cluster_bootstrap_resamples_whole_clusters():
+    clusters = [np.array([1.0, 1.0]), np.array([0.0, 0.0]), np.array([1.0, 0.0])]
+    seen = []
+
+    def mean_of(index):
+        seen.append(index.copy())
+        return float(np.mean(np.concatenate([clusters[i] for i in index])))
+
+    ci = cluster_bootstrap_ci(mean_of, 3, n_boot=300)
+    assert ci["value"] == 0.5 and 0.0 <= ci["low"] < 0.5 < ci["high"] <= 1.0
+    assert np.array_equal(seen[-1], [0, 1, 2])  # the point value is the statistic on every cluster once
+    assert all(len(i) == 3 and set(i) <= {0, 1, 2} for i in seen)
+    assert ci["n_boot"] == 300 and ci["undefined"] == 0
+    assert cluster_bootstrap_ci(lambda index: math.nan, 2, n_boot=5)["undefined"] == 5

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -129,7 +130,9 @@ def evaluate_one(
             imagined["success_rate_by_state"] = success_by_imagined_states(
                 imagined["per_episode"], sim_cfg, seed
             )
-            imagined["actions_in_sim"] = imagined_actions_in_sim(imagined["per_episode"], sim_cfg, seed)
+            imagined["actions_in_sim"] = imagined_actions_in_sim(
+                imagined["per_episode"], sim_cfg, range(seed, seed + starts.batch_size)
+            )
         _write_side_by_side(simulated, clips, output_dir, env.embodiment.fps)
     return record
 
@@ -152,9 +155,10 @@ def success_by_imagined_states(per_episode: list[dict], sim_cfg: SimEvalConfig, 
     return float(np.mean([steps.any() for steps in reached_along_imagined_paths(per_episode, sim_cfg, seed)]))
 
 
-def imagined_actions_in_sim(per_episode: list[dict], sim_cfg: SimEvalConfig, seed: int) -> dict:
-    """The imagined episodes' own actions (their first `length` steps; starts: sim resets with seeds seed..)
-    played in the simulator, which renders nothing: {"success_rate", "per_episode" (bool each), "sim_steps"}.
+def imagined_actions_in_sim(per_episode: list[dict], sim_cfg: SimEvalConfig, seeds: Sequence[int]) -> dict:
+    """The imagined episodes' own actions (their first `length` steps; episode i started from the sim reset
+    with `seeds[i]`) played in the simulator, which renders nothing: {"success_rate", "per_episode" (bool
+    each), "sim_steps"}.
     Next to the imagined verdict and the policy's own sim run it splits an imagination error in two: the
     world drew or the judge read the actions' outcome wrong (imagined vs these), or the policy acted
     otherwise on drawn frames than on real ones (these vs the sim run). Unlike `success_by_imagined_states`
@@ -162,8 +166,8 @@ def imagined_actions_in_sim(per_episode: list[dict], sim_cfg: SimEvalConfig, see
     env = TabletopEnv(sim_cfg.env_config(image_size=64, cameras=()))
     verdicts, steps = [], 0
     try:
-        for i, episode in enumerate(per_episode):
-            env.reset(seed=seed + i)
+        for episode, seed in zip(per_episode, seeds, strict=True):
+            env.reset(seed=int(seed))
             success = False
             for action in episode["actions"][: episode["length"]]:
                 _, _, terminated, truncated, info = env.step(np.asarray(action, dtype=np.float32))

@@ -1,0 +1,123 @@
+"""Does imagination tell a start's better rollouts from its worse? What RL in imagination has to learn from.
+
+python benchmarks/imagination_groups.py --world_model=outputs/push_setting/judge/push_timed4_sr/pretrained_model \
+    --policy=outputs/push_setting/zoo/flow_4k_step4000 --task=push --starts=100 --group_size=8
+
+Every start (sim resets with seeds seed..) is imagined `group_size` times with the policy's own noise, in the env
+policy RL collects in (success ends an episode); each episode's actions are then played in the simulator from the
+same reset. Per score imagination gives an episode (RL's return, the judge's highest success probability, the
+reward head's progress) it reports the within-start AUROC against the sim's verdicts and what picking the
+top-scored rollout of each start gains in the sim (rl_finetune/imagination/rollout_groups.py), each with a
+bootstrap interval over starts. `--observe=[drawn,first_frame]` runs once per mode (the policy on drawn frames,
+or on the first frame held; the judge reads the drawn frames either way). The result names the judge.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import write_result  # noqa: E402
+from worldloop.common.config import parse_cli  # noqa: E402
+from worldloop.common.run_record import print_table  # noqa: E402
+from worldloop.rl_finetune.imagination.evaluation import ImaginationEvalConfig  # noqa: E402
+from worldloop.rl_finetune.imagination.initial_states import sim_starts  # noqa: E402
+from worldloop.rl_finetune.imagination.policy_ranking import load_world_model_env  # noqa: E402
+from worldloop.rl_finetune.imagination.rollout_groups import (  # noqa: E402
+    SCORES,
+    group_figures,
+    imagine_groups,
+    sim_verdicts,
+)
+from worldloop.rl_finetune.sim_steps import count_sim_steps  # noqa: E402
+from worldloop.vla.factory import load_policy  # noqa: E402
+from worldloop.vla.sim_evaluation import SimEvalConfig  # noqa: E402
+
+
+@dataclass
+class ImaginationGroupsBenchmarkConfig:
+    world_model: str = ""  # a pretrained world-model directory with its outcome heads (the judge)
+    policy: str = ""  # the policy RL would fine-tune
+    task: str = "push"  # the tabletop task whose resets start the episodes and whose sim judges their actions
+    starts: int = 100
+    group_size: int = 8  # rollouts per start (GRPO's and NFT's default group)
+    seed: int = 810_000  # reset seeds seed..seed+starts-1; also seeds the sampling
+    horizon: int = 50  # steps per episode (= the sim's max_steps, as in policy RL)
+    sampler_steps: int = 2  # the world model's denoising steps per frame, as configs/finetune/tiny.yaml
+    success_threshold: float = 0.0  # 0 -> the world model's calibrated threshold
+    starts_per_batch: int = 2  # starts imagined together (batch = starts_per_batch x group_size)
+    success_reward: float = 1.0  # RL's return weights (policy RL's defaults)
+    progress_reward: float = 0.5
+    observe: list[str] = field(default_factory=lambda: ["drawn"])  # drawn | first_frame, one run each
+    threads: int = 2
+    name: str = "imagination_groups"
+
+
+def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str) -> dict:
+    if observe not in ("drawn", "first_frame"):
+        raise SystemExit(f"--observe={observe!r}: expected drawn or first_frame, one run each")
+    im_cfg = ImaginationEvalConfig(
+        world_model=cfg.world_model, horizon=cfg.horizon, sampler_steps=cfg.sampler_steps,
+        success_threshold=cfg.success_threshold, observe=observe,
+    )  # fmt: skip
+    sim_cfg = SimEvalConfig(task=cfg.task, max_steps=cfg.horizon)
+    env = load_world_model_env(im_cfg, sim_cfg)
+    policy = load_policy(cfg.policy, "cpu")
+    starts = sim_starts(env, sim_cfg, cfg.starts, cfg.seed)
+    t0 = time.perf_counter()
+    with count_sim_steps() as counter:
+        episodes = imagine_groups(
+            policy, env, starts, cfg.group_size, cfg.seed, cfg.starts_per_batch,
+            cfg.success_reward, cfg.progress_reward,
+        )  # fmt: skip
+    imagined_seconds = time.perf_counter() - t0
+    if counter.steps:
+        raise RuntimeError(f"imagination stepped the simulator {counter.steps} times")
+    verdicts = sim_verdicts(episodes, sim_cfg, starts.seeds)
+    figures = group_figures(episodes, verdicts["per_episode"])
+    return {
+        "observe": observe,
+        "judge": {**env.judge(), "observe": observe},
+        **figures,
+        "imagined_success": sum(e["success"] for e in episodes) / len(episodes),
+        "imagination_seconds": imagined_seconds,
+        "sim_steps": verdicts["sim_steps"],
+    }
+
+
+def main() -> None:
+    cfg = parse_cli(ImaginationGroupsBenchmarkConfig)
+    if not cfg.world_model or not cfg.policy:
+        raise SystemExit("--world_model and --policy are required")
+    torch.set_num_threads(cfg.threads)
+    runs = [run(cfg, mode) for mode in cfg.observe]
+    table = [
+        {
+            "observe": r["observe"],
+            "score": name,
+            "within-start AUROC [95% CI]": "{value:.3f} [{low:.2f}, {high:.2f}]".format(
+                **r["scores"][name]["within_start_auroc"]
+            ),
+            "best of K": round(r["scores"][name]["best_of_k"], 3),
+            "minus base [95% CI]": "{value:+.3f} [{low:+.3f}, {high:+.3f}]".format(
+                **r["scores"][name]["best_of_k_minus_base"]
+            ),
+            "base": round(r["base"], 3),
+            "oracle": round(r["oracle"], 3),
+        }
+        for r in runs
+        for name in SCORES
+    ]
+    print_table(table, title=f"\n{cfg.starts} starts x {cfg.group_size} imagined rollouts, played in the sim")
+    path = write_result(cfg.name, {"config": asdict(cfg), "runs": runs})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

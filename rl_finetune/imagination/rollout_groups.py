@@ -1,0 +1,127 @@
+"""Does imagination tell a start's better rollouts from its worse? The signal RL in imagination learns from.
+
+GRPO and NFT compare the rollouts of one start state (a group); PPO and steering compare each rollout with a
+value of its start. Each learns only where imagination orders the rollouts of one start as the world would.
+Pooled figures (the replays' AUROC, the ranking's) mix starts that are easy or hard whatever the policy does,
+which a judge can tell apart from the first frame alone; they can be high while the comparisons RL makes are
+no better than chance.
+
+Here each start is imagined `group_size` times with the policy's own sampling noise, in the env RL collects in
+(success ends an episode), and each episode's commanded actions are played in the simulator from the same reset
+(`imagined_actions_in_sim`). Every score imagination gives an episode is then compared with that sim verdict:
+
+- within-start AUROC: of two rollouts of one start, one a sim success and one not, the chance the success
+  scores higher (`common.stats.within_group_auroc`), with a bootstrap interval over starts;
+- best of K: the sim success of each start's top-scored rollout against the mean of its rollouts (`base`) and
+  the share of starts with any success (`oracle`): what picking by imagination would gain.
+
+Scores (`SCORES`): the return RL is paid (`success_reward` x success + `progress_reward` x final progress), the
+judge's highest success probability, and the reward head's final progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from worldloop.common.stats import auroc, cluster_bootstrap_ci, within_group_auroc
+from worldloop.rl_finetune.imagination.evaluation import imagine_episodes
+from worldloop.rl_finetune.imagination.policy_ranking import imagined_actions_in_sim
+from worldloop.vla.policy import Policy
+from worldloop.vla.sim_evaluation import SimEvalConfig
+from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
+
+SCORES = ("return", "max_success_prob", "progress")
+
+
+def imagine_groups(
+    policy: Policy,
+    env: WorldModelEnv,
+    starts: InitialStates,
+    group_size: int,
+    seed: int,
+    starts_per_batch: int = 2,
+    success_reward: float = 1.0,
+    progress_reward: float = 0.5,
+) -> list[dict]:
+    """`group_size` imagined episodes of every start, in start order ([s0 x K, s1 x K, ...]); each is
+    `imagine_episodes`' result plus `start` (its index) and `return` (what RL is paid for it). Batch b of
+    `starts_per_batch` starts is seeded `seed + b`."""
+    if group_size < 2:
+        raise ValueError(f"group_size={group_size}: a start needs at least 2 rollouts to compare")
+    n = starts.batch_size
+    episodes: list[dict] = []
+    bar = tqdm(total=n, desc="imagined groups")
+    for b, first in enumerate(range(0, n, starts_per_batch)):
+        rows = list(range(first, min(first + starts_per_batch, n)))
+        batch, _ = imagine_episodes(policy, env, starts.select(rows).repeat(group_size), seed + b)
+        for i, episode in enumerate(batch):
+            episode["start"] = rows[i // group_size]
+            episode["return"] = success_reward * episode["success"] + progress_reward * episode["progress"]
+        episodes += batch
+        bar.update(len(rows))
+    bar.close()
+    return episodes
+
+
+def sim_verdicts(episodes: list[dict], sim_cfg: SimEvalConfig, start_seeds: Sequence[int]) -> dict:
+    """Each episode's actions played in the sim from its start's reset (`imagined_actions_in_sim`)."""
+    return imagined_actions_in_sim(episodes, sim_cfg, [start_seeds[e["start"]] for e in episodes])
+
+
+def group_figures(episodes: list[dict], sim_success: Sequence[bool], n_boot: int = 2000) -> dict:
+    """What imagination's scores say about the sim's verdicts, within each start (the module docstring).
+
+    episodes: `imagine_groups`' output, every start with the same number of rollouts; sim_success: per
+    episode, whether its actions succeeded in the sim."""
+    success = np.asarray(sim_success, dtype=bool)
+    start = np.asarray([e["start"] for e in episodes])
+    if len(success) != len(start):
+        raise ValueError(f"{len(episodes)} episodes but {len(success)} sim verdicts")
+    starts = np.unique(start)
+    members = [np.flatnonzero(start == s) for s in starts]
+    if len({len(m) for m in members}) != 1:
+        raise ValueError("every start needs the same number of rollouts")
+    figures = {
+        "starts": len(starts),
+        "group_size": len(members[0]),
+        "base": float(success.mean()),
+        "oracle": float(np.mean([success[m].any() for m in members])),
+        "mixed_starts": float(np.mean([success[m].any() and not success[m].all() for m in members])),
+        "scores": {},
+    }
+    for name in SCORES:
+        score = np.asarray([e[name] for e in episodes], dtype=np.float64)
+        figures["scores"][name] = score_figures(score, success, members, n_boot)
+    return figures
+
+
+def score_figures(score: np.ndarray, success: np.ndarray, members: list[np.ndarray], n_boot: int) -> dict:
+    """One score's within-start AUROC and best-of-K gain (`members`: each start's episode indices)."""
+    top = [m[np.argmax(score[m])] for m in members]  # ties: the first rollout
+    size = len(members[0])
+
+    def rows(index: np.ndarray) -> np.ndarray:  # the episodes of starts `index` (repeats kept)
+        return np.concatenate([members[i] for i in index])
+
+    def within(index: np.ndarray) -> float:
+        groups = np.repeat(np.arange(len(index)), size)  # a start drawn twice counts as two groups
+        return within_group_auroc(score[rows(index)], success[rows(index)], groups)["value"]
+
+    def pick_gain(index: np.ndarray) -> float:
+        return float(np.mean([success[top[i]] for i in index]) - success[rows(index)].mean())
+
+    every = np.arange(len(members))
+    counts = within_group_auroc(score[rows(every)], success[rows(every)], np.repeat(every, size))
+    return {
+        "within_start_auroc": {
+            **cluster_bootstrap_ci(within, len(members), n_boot),
+            "pairs": counts["pairs"],
+            "mixed_groups": counts["mixed_groups"],
+        },
+        "best_of_k": float(np.mean([success[t] for t in top])),
+        "best_of_k_minus_base": cluster_bootstrap_ci(pick_gain, len(members), n_boot),
+        "pooled_auroc": auroc(score, success),
+    }

@@ -1,0 +1,108 @@
+"""Within-start figures of imagination (rl_finetune/imagination/rollout_groups.py, benchmarks/imagination_groups.py):
+known inputs, then tiny random models end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
+
+import benchmarks._common
+from benchmarks import imagination_groups
+from worldloop.rl_finetune.imagination.rollout_groups import SCORES, group_figures, imagine_groups
+from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
+
+
+def episodes_of(scores_by_start: list[list[float]]) -> list[dict]:
+    """Episodes whose every score is the given one, in start order."""
+    return [
+        {"start": s, **{name: score for name in SCORES}}
+        for s, scores in enumerate(scores_by_start)
+        for score in scores
+    ]
+
+
+def test_group_figures_compare_rollouts_of_one_start_only():
+    # Start 0: the sim success scores 0.9, its failures 0.5 and 0.1 (ordered right). Start 1: the success
+    # scores 0.2 under a failure at 0.3 (ordered wrong). Start 2: all fail, scored high: pooled this start
+    # pulls the AUROC down, within starts it does not count.
+    episodes = episodes_of([[0.9, 0.5, 0.1], [0.2, 0.3, 0.0], [0.95, 0.96, 0.97]])
+    success = [True, False, False, True, False, False, False, False, False]
+    figures = group_figures(episodes, success, n_boot=200)
+    assert figures["starts"] == 3 and figures["group_size"] == 3
+    assert figures["base"] == pytest.approx(2 / 9)
+    assert figures["oracle"] == pytest.approx(2 / 3)
+    assert figures["mixed_starts"] == pytest.approx(2 / 3)
+    for name in SCORES:
+        score = figures["scores"][name]
+        within = score["within_start_auroc"]
+        # pairs: start 0 (0.9 > 0.5, 0.9 > 0.1) 2 wins; start 1 (0.2 > 0.3 no, 0.2 > 0.0 yes) 1 win: 3 of 4
+        assert within["value"] == pytest.approx(0.75) and within["pairs"] == 4 and within["mixed_groups"] == 2
+        assert within["low"] <= within["value"] <= within["high"]
+        # the top-scored rollout: start 0 its success, start 1 a failure, start 2 a failure
+        assert score["best_of_k"] == pytest.approx(1 / 3)
+        assert score["best_of_k_minus_base"]["value"] == pytest.approx(1 / 3 - 2 / 9)
+        assert score["pooled_auroc"] < within["value"]
+
+
+def test_group_figures_refuse_ragged_groups_and_missing_verdicts():
+    with pytest.raises(ValueError, match="same number of rollouts"):
+        group_figures(episodes_of([[0.1, 0.2], [0.3]]), [True, False, True])
+    with pytest.raises(ValueError, match="3 episodes but 2 sim verdicts"):
+        group_figures(episodes_of([[0.1, 0.2, 0.3]]), [True, False])
+
+
+def tiny_env(horizon: int = 4) -> WorldModelEnv:
+    return WorldModelEnv(tiny_world_model(), WorldModelEnvConfig(horizon=horizon))
+
+
+def test_imagine_groups_orders_starts_and_pays_rls_return():
+    env, policy, starts = tiny_env(), tiny_policy(), random_starts(3)
+    episodes = imagine_groups(policy, env, starts, 2, seed=5, starts_per_batch=2, progress_reward=0.25)
+    assert [e["start"] for e in episodes] == [0, 0, 1, 1, 2, 2]
+    for e in episodes:
+        assert e["return"] == pytest.approx(e["success"] + 0.25 * e["progress"])
+    # the rollouts of one start differ (the policy's noise and the world model's draws) ...
+    assert episodes[0]["actions"] != episodes[1]["actions"]
+    # ... and the same seed draws them again
+    again = imagine_groups(policy, env, starts, 2, seed=5, starts_per_batch=2, progress_reward=0.25)
+    assert [e["actions"] for e in again] == [e["actions"] for e in episodes]
+    with pytest.raises(ValueError, match="at least 2 rollouts"):
+        imagine_groups(policy, env, starts, 1, seed=5)
+
+
+@pytest.mark.slow  # imagination plus the sim's replays of 8 episodes, twice: ~10 s
+def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypatch):
+    tiny_world_model().save_pretrained(tmp_path / "wm")
+    tiny_policy().save_pretrained(tmp_path / "policy")
+    monkeypatch.setattr(benchmarks._common, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "imagination_groups.py",
+            f"--world_model={tmp_path / 'wm'}",
+            f"--policy={tmp_path / 'policy'}",
+            "--task=reach",
+            "--starts=2",
+            "--group_size=2",
+            "--horizon=4",
+            "--observe=[drawn,first_frame]",
+            "--name=groups_smoke",
+        ],
+    )
+    imagination_groups.main()
+    result = json.loads((tmp_path / "results" / "groups_smoke.json").read_text())
+    runs = result["figures"]["runs"]
+    assert [r["observe"] for r in runs] == ["drawn", "first_frame"]
+    for run in runs:
+        assert run["judge"]["observe"] == run["observe"] and "success_threshold" in run["judge"]
+        assert run["starts"] == 2 and run["group_size"] == 2 and set(run["scores"]) == set(SCORES)
+        assert 0 < run["sim_steps"] <= 2 * 2 * 4
+    monkeypatch.setattr(
+        sys, "argv", ["imagination_groups.py", "--world_model=x", "--policy=y", "--observe=[sim]"]
+    )
+    with pytest.raises(SystemExit, match="drawn or first_frame"):
+        imagination_groups.main()
