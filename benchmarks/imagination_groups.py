@@ -9,7 +9,9 @@ same reset. Per score imagination gives an episode (RL's return, the judge's hig
 reward head's progress) it reports the within-start AUROC against the sim's verdicts and what picking the
 top-scored rollout of each start gains in the sim (rl_finetune/imagination/rollout_groups.py), each with a
 bootstrap interval over starts. `--observe=[drawn,first_frame]` runs once per mode (the policy on drawn frames,
-or on the first frame held; the judge reads the drawn frames either way). The result names the judge.
+or on the first frame held; the judge reads the drawn frames either way), `--seeds=[...]` once per set of starts,
+with the mean over the sets and its Student-t interval. The result names the judge; `best_of_k.png` in
+`output_dir` plots the best-of-K curves (K = 1..group_size) against a perfect pick's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -26,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import write_result  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
+from worldloop.common.stats import mean_ci  # noqa: E402
 from worldloop.rl_finetune.imagination.evaluation import ImaginationEvalConfig  # noqa: E402
 from worldloop.rl_finetune.imagination.initial_states import sim_starts  # noqa: E402
 from worldloop.rl_finetune.imagination.policy_ranking import load_world_model_env  # noqa: E402
@@ -48,6 +52,7 @@ class ImaginationGroupsBenchmarkConfig:
     starts: int = 100
     group_size: int = 8  # rollouts per start (GRPO's and NFT's default group)
     seed: int = 810_000  # reset seeds seed..seed+starts-1; also seeds the sampling
+    seeds: list[int] | None = None  # one set of starts per seed (as `seed`); None -> `seed` alone
     horizon: int = 50  # steps per episode (= the sim's max_steps, as in policy RL)
     sampler_steps: int = 2  # the world model's denoising steps per frame, as configs/finetune/tiny.yaml
     success_threshold: float = 0.0  # 0 -> the world model's calibrated threshold
@@ -56,10 +61,11 @@ class ImaginationGroupsBenchmarkConfig:
     progress_reward: float = 0.5
     observe: list[str] = field(default_factory=lambda: ["drawn"])  # drawn | first_frame, one run each
     threads: int = 2
+    output_dir: str = "outputs/benchmarks/imagination_groups"  # the plot
     name: str = "imagination_groups"
 
 
-def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str) -> dict:
+def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
     if observe not in ("drawn", "first_frame"):
         raise SystemExit(f"--observe={observe!r}: expected drawn or first_frame, one run each")
     im_cfg = ImaginationEvalConfig(
@@ -69,11 +75,11 @@ def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str) -> dict:
     sim_cfg = SimEvalConfig(task=cfg.task, max_steps=cfg.horizon)
     env = load_world_model_env(im_cfg, sim_cfg)
     policy = load_policy(cfg.policy, "cpu")
-    starts = sim_starts(env, sim_cfg, cfg.starts, cfg.seed)
+    starts = sim_starts(env, sim_cfg, cfg.starts, seed)
     t0 = time.perf_counter()
     with count_sim_steps() as counter:
         episodes = imagine_groups(
-            policy, env, starts, cfg.group_size, cfg.seed, cfg.starts_per_batch,
+            policy, env, starts, cfg.group_size, seed, cfg.starts_per_batch,
             cfg.success_reward, cfg.progress_reward,
         )  # fmt: skip
     imagined_seconds = time.perf_counter() - t0
@@ -83,6 +89,7 @@ def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str) -> dict:
     figures = group_figures(episodes, verdicts["per_episode"])
     return {
         "observe": observe,
+        "seed": seed,
         "judge": {**env.judge(), "observe": observe},
         **figures,
         "imagined_success": sum(e["success"] for e in episodes) / len(episodes),
@@ -91,15 +98,75 @@ def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str) -> dict:
     }
 
 
+def finite_mean(values: list[float]) -> dict | None:
+    """`mean_ci` of the sets where the figure is defined (a set with no mixed start has no within-start
+    AUROC), with how many were not; None when none is."""
+    finite = [v for v in values if np.isfinite(v)]
+    return {**mean_ci(finite), "undefined": len(values) - len(finite)} if finite else None
+
+
+def summary(runs: list[dict]) -> dict:
+    """Per observe mode, the mean over its sets of starts (Student-t interval) of the base rate, a perfect
+    pick, and per score the within-start AUROC and the best-of-K gain."""
+    out = {}
+    for mode in dict.fromkeys(r["observe"] for r in runs):
+        mine = [r for r in runs if r["observe"] == mode]
+        out[mode] = {
+            "seeds": [r["seed"] for r in mine],
+            "base": mean_ci([r["base"] for r in mine]),
+            "oracle": mean_ci([r["oracle"] for r in mine]),
+            **{
+                name: {
+                    "within_start_auroc": finite_mean(
+                        [r["scores"][name]["within_start_auroc"]["value"] for r in mine]
+                    ),
+                    "best_of_k_minus_base": mean_ci(
+                        [r["scores"][name]["best_of_k_minus_base"]["value"] for r in mine]
+                    ),
+                }
+                for name in SCORES
+            },
+        }
+    return out
+
+
+def plot_best_of_k(runs: list[dict], path: Path) -> None:
+    """Sim success of the top-scored (RL's return) of K imagined rollouts, K = 1..G, mean over the sets of
+    starts, per observe mode, against a perfect pick's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for i, mode in enumerate(dict.fromkeys(r["observe"] for r in runs)):
+        mine = [r for r in runs if r["observe"] == mode]
+        k = np.arange(1, mine[0]["group_size"] + 1)
+        picked = np.mean([r["scores"]["return"]["best_of_k_curve"] for r in mine], 0)
+        oracle = np.mean([r["oracle_curve"] for r in mine], 0)
+        ax.plot(k, picked, "o-", color=f"C{i}", label=f"{mode}: top-scored by imagination")
+        ax.plot(k, oracle, "--", color=f"C{i}", label=f"{mode}: a perfect pick")
+    ax.set_xlabel("K imagined rollouts of a start")
+    ax.set_ylabel("success of the pick's actions in the sim")
+    ax.set_title(f"best of K, mean over {len({r['seed'] for r in runs})} set(s) of starts", fontsize=9)
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     cfg = parse_cli(ImaginationGroupsBenchmarkConfig)
     if not cfg.world_model or not cfg.policy:
         raise SystemExit("--world_model and --policy are required")
     torch.set_num_threads(cfg.threads)
-    runs = [run(cfg, mode) for mode in cfg.observe]
+    runs = [run(cfg, mode, seed) for mode in cfg.observe for seed in cfg.seeds or [cfg.seed]]
     table = [
         {
             "observe": r["observe"],
+            "seed": r["seed"],
             "score": name,
             "within-start AUROC [95% CI]": "{value:.3f} [{low:.2f}, {high:.2f}]".format(
                 **r["scores"][name]["within_start_auroc"]
@@ -115,7 +182,16 @@ def main() -> None:
         for name in SCORES
     ]
     print_table(table, title=f"\n{cfg.starts} starts x {cfg.group_size} imagined rollouts, played in the sim")
-    path = write_result(cfg.name, {"config": asdict(cfg), "runs": runs})
+    means = summary(runs)
+    for mode, m in means.items():
+        w, g = m["return"]["within_start_auroc"], m["return"]["best_of_k_minus_base"]
+        within = f"{w['mean']:.3f} [{w['low']:.3f}, {w['high']:.3f}]" if w else "undefined (no mixed start)"
+        print(
+            f"{mode}, mean over {len(m['seeds'])} set(s): within-start AUROC of RL's return {within}, "
+            f"best of {cfg.group_size} minus base {g['mean']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}]"
+        )
+    plot_best_of_k(runs, Path(cfg.output_dir) / "best_of_k.png")
+    path = write_result(cfg.name, {"config": asdict(cfg), "runs": runs, "mean": means})
     print(f"wrote {path}")
 
 

@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
 import pytest
 from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
 
 import benchmarks._common
 from benchmarks import imagination_groups
-from worldloop.rl_finetune.imagination.rollout_groups import SCORES, group_figures, imagine_groups
+from worldloop.rl_finetune.imagination.rollout_groups import (
+    SCORES,
+    best_of_k_curve,
+    group_figures,
+    imagine_groups,
+)
 from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
 
 
@@ -45,6 +51,20 @@ def test_group_figures_compare_rollouts_of_one_start_only():
         assert score["best_of_k"] == pytest.approx(1 / 3)
         assert score["best_of_k_minus_base"]["value"] == pytest.approx(1 / 3 - 2 / 9)
         assert score["pooled_auroc"] < within["value"]
+        # best of K for K = 1..3: the base rate at 1, the top-scored rollout at 3
+        assert score["best_of_k_curve"][0] == pytest.approx(2 / 9)
+        assert score["best_of_k_curve"][-1] == pytest.approx(score["best_of_k"])
+    assert figures["oracle_curve"] == pytest.approx([2 / 9, (2 / 3 + 2 / 3) / 3, 2 / 3])
+
+
+def test_best_of_k_curve_is_exact_over_the_subsets():
+    # scores 0.9, 0.5, 0.1 with the sim success second: of the 3 pairs only {0.5, 0.1} picks it
+    curve = best_of_k_curve(np.array([0.9, 0.5, 0.1]), np.array([False, True, False]), [np.arange(3)])
+    assert curve["picked"] == pytest.approx([1 / 3, 1 / 3, 0.0])
+    assert curve["oracle"] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    # ties go to the first rollout, as `best_of_k`'s argmax
+    tied = best_of_k_curve(np.array([0.5, 0.5]), np.array([False, True]), [np.arange(2)])
+    assert tied["picked"] == pytest.approx([0.5, 0.0])
 
 
 def test_group_figures_refuse_ragged_groups_and_missing_verdicts():
@@ -73,7 +93,7 @@ def test_imagine_groups_orders_starts_and_pays_rls_return():
         imagine_groups(policy, env, starts, 1, seed=5)
 
 
-@pytest.mark.slow  # imagination plus the sim's replays of 8 episodes, twice: ~10 s
+@pytest.mark.slow  # imagination plus the sim's replays of 8 episodes, four times: ~15 s
 def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypatch):
     tiny_world_model().save_pretrained(tmp_path / "wm")
     tiny_policy().save_pretrained(tmp_path / "policy")
@@ -90,17 +110,25 @@ def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypa
             "--group_size=2",
             "--horizon=4",
             "--observe=[drawn,first_frame]",
+            "--seeds=[3,4]",
+            f"--output_dir={tmp_path / 'out'}",
             "--name=groups_smoke",
         ],
     )
     imagination_groups.main()
     result = json.loads((tmp_path / "results" / "groups_smoke.json").read_text())
     runs = result["figures"]["runs"]
-    assert [r["observe"] for r in runs] == ["drawn", "first_frame"]
+    assert [(r["observe"], r["seed"]) for r in runs] == [
+        ("drawn", 3), ("drawn", 4), ("first_frame", 3), ("first_frame", 4)
+    ]  # fmt: skip
     for run in runs:
         assert run["judge"]["observe"] == run["observe"] and "success_threshold" in run["judge"]
         assert run["starts"] == 2 and run["group_size"] == 2 and set(run["scores"]) == set(SCORES)
         assert 0 < run["sim_steps"] <= 2 * 2 * 4
+    mean = result["figures"]["mean"]["drawn"]
+    assert mean["seeds"] == [3, 4] and mean["base"]["n"] == 2
+    assert mean["base"]["mean"] == pytest.approx((runs[0]["base"] + runs[1]["base"]) / 2)
+    assert (tmp_path / "out" / "best_of_k.png").stat().st_size > 0
     monkeypatch.setattr(
         sys, "argv", ["imagination_groups.py", "--world_model=x", "--policy=y", "--observe=[sim]"]
     )

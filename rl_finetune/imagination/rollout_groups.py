@@ -13,7 +13,8 @@ Here each start is imagined `group_size` times with the policy's own sampling no
 - within-start AUROC: of two rollouts of one start, one a sim success and one not, the chance the success
   scores higher (`common.stats.within_group_auroc`), with a bootstrap interval over starts;
 - best of K: the sim success of each start's top-scored rollout against the mean of its rollouts (`base`) and
-  the share of starts with any success (`oracle`): what picking by imagination would gain.
+  the share of starts with any success (`oracle`): what picking by imagination would gain; `best_of_k_curve`
+  gives it for every K up to the group size.
 
 Scores (`SCORES`): the return RL is paid (`success_reward` x success + `progress_reward` x final progress), the
 judge's highest success probability, and the reward head's final progress.
@@ -21,6 +22,7 @@ judge's highest success probability, and the reward head's final progress.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -95,7 +97,27 @@ def group_figures(episodes: list[dict], sim_success: Sequence[bool], n_boot: int
     for name in SCORES:
         score = np.asarray([e[name] for e in episodes], dtype=np.float64)
         figures["scores"][name] = score_figures(score, success, members, n_boot)
+    # a perfect pick's curve does not depend on the score
+    figures["oracle_curve"] = best_of_k_curve(np.zeros(len(success)), success, members)["oracle"]
     return figures
+
+
+def best_of_k_curve(
+    score: np.ndarray, success: np.ndarray, members: list[np.ndarray]
+) -> dict[str, list[float]]:
+    """For K = 1..G (G rollouts a start), the expected sim success of the top-scored of K rollouts drawn at
+    random without replacement from each start (`picked`; ties: the first rollout) and of a perfect pick
+    (`oracle`: any success among the K), averaged over starts. Exact: the rollout ranked r-th of G is the top
+    of a random K-subset with probability C(G-1-r, K-1) / C(G, K). K = 1 gives the base rate."""
+    size = len(members[0])
+    picked, oracle = np.zeros(size), np.zeros(size)
+    for m in members:
+        ranked = success[m][np.argsort(-score[m], kind="stable")]
+        for k in range(1, size + 1):
+            subsets = math.comb(size, k)
+            picked[k - 1] += sum(ranked[r] * math.comb(size - 1 - r, k - 1) for r in range(size)) / subsets
+            oracle[k - 1] += 1 - math.comb(size - int(ranked.sum()), k) / subsets
+    return {"picked": (picked / len(members)).tolist(), "oracle": (oracle / len(members)).tolist()}
 
 
 def score_figures(score: np.ndarray, success: np.ndarray, members: list[np.ndarray], n_boot: int) -> dict:
@@ -114,6 +136,7 @@ def score_figures(score: np.ndarray, success: np.ndarray, members: list[np.ndarr
         return float(np.mean([success[top[i]] for i in index]) - success[rows(index)].mean())
 
     every = np.arange(len(members))
+    curve = best_of_k_curve(score, success, members)
     counts = within_group_auroc(score[rows(every)], success[rows(every)], np.repeat(every, size))
     return {
         "within_start_auroc": {
@@ -122,6 +145,7 @@ def score_figures(score: np.ndarray, success: np.ndarray, members: list[np.ndarr
             "mixed_groups": counts["mixed_groups"],
         },
         "best_of_k": float(np.mean([success[t] for t in top])),
+        "best_of_k_curve": curve["picked"],
         "best_of_k_minus_base": cluster_bootstrap_ci(pick_gain, len(members), n_boot),
         "pooled_auroc": auroc(score, success),
     }
