@@ -8,8 +8,9 @@ policy RL collects in (success ends an episode); each episode's actions are then
 same reset. Per score imagination gives an episode (RL's return, the judge's highest success probability, the
 reward head's progress) it reports the within-start AUROC against the sim's verdicts and what picking the
 top-scored rollout of each start gains in the sim (rl_finetune/imagination/rollout_groups.py), each with a
-bootstrap interval over starts. `--observe=[drawn,first_frame]` runs once per mode (the policy on drawn frames,
-or on the first frame held; the judge reads the drawn frames either way), `--seeds=[...]` once per set of starts,
+bootstrap interval over starts. `--observe=[drawn,first_frame,sim]` runs once per mode (the policy on drawn frames,
+or on the first frame held, the judge reading the drawn frames; or the policy in the simulator and the same judge
+reading the sim's frames: the judge's own share), `--seeds=[...]` once per set of starts,
 with the mean over the sets and its Student-t interval. The result names the judge; `best_of_k.png` in
 `output_dir` plots the best-of-K curves (K = 1..group_size) against a perfect pick's.
 """
@@ -37,6 +38,7 @@ from worldloop.rl_finetune.imagination.rollout_groups import (  # noqa: E402
     SCORES,
     group_figures,
     imagine_groups,
+    judged_sim_groups,
     sim_verdicts,
 )
 from worldloop.rl_finetune.sim_steps import count_sim_steps  # noqa: E402
@@ -59,22 +61,39 @@ class ImaginationGroupsBenchmarkConfig:
     starts_per_batch: int = 2  # starts imagined together (batch = starts_per_batch x group_size)
     success_reward: float = 1.0  # RL's return weights (policy RL's defaults)
     progress_reward: float = 0.5
-    observe: list[str] = field(default_factory=lambda: ["drawn"])  # drawn | first_frame, one run each
+    observe: list[str] = field(default_factory=lambda: ["drawn"])  # drawn | first_frame | sim, one run each
     threads: int = 2
     output_dir: str = "outputs/benchmarks/imagination_groups"  # the plot
     name: str = "imagination_groups"
 
 
 def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
-    if observe not in ("drawn", "first_frame"):
-        raise SystemExit(f"--observe={observe!r}: expected drawn or first_frame, one run each")
+    if observe not in ("drawn", "first_frame", "sim"):
+        raise SystemExit(f"--observe={observe!r}: expected drawn, first_frame or sim, one run each")
     im_cfg = ImaginationEvalConfig(
         world_model=cfg.world_model, horizon=cfg.horizon, sampler_steps=cfg.sampler_steps,
         success_threshold=cfg.success_threshold, observe=observe,
     )  # fmt: skip
-    sim_cfg = SimEvalConfig(task=cfg.task, max_steps=cfg.horizon)
+    sim_cfg = SimEvalConfig(
+        task=cfg.task, max_steps=cfg.horizon, batch_envs=cfg.starts_per_batch * cfg.group_size, videos=0
+    )
     env = load_world_model_env(im_cfg, sim_cfg)
     policy = load_policy(cfg.policy, "cpu")
+    judge = {**env.judge(), "observe": observe}
+    if observe == "sim":
+        t0 = time.perf_counter()
+        episodes, labels = judged_sim_groups(
+            policy, env.world_model, env.success_threshold, sim_cfg, range(seed, seed + cfg.starts),
+            cfg.group_size, seed, cfg.success_reward, cfg.progress_reward,
+        )  # fmt: skip
+        return {
+            "observe": observe,
+            "seed": seed,
+            "judge": judge,
+            **group_figures(episodes, labels),
+            "judged_success": sum(e["success"] for e in episodes) / len(episodes),
+            "sim_seconds": time.perf_counter() - t0,
+        }
     starts = sim_starts(env, sim_cfg, cfg.starts, seed)
     t0 = time.perf_counter()
     with count_sim_steps() as counter:
@@ -90,7 +109,7 @@ def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
     return {
         "observe": observe,
         "seed": seed,
-        "judge": {**env.judge(), "observe": observe},
+        "judge": judge,
         **figures,
         "imagined_success": sum(e["success"] for e in episodes) / len(episodes),
         "imagination_seconds": imagined_seconds,

@@ -353,6 +353,14 @@ def test_observe_sim_judges_the_sims_own_frames(tmp_path, saved_models):
         assert j["seed"] == p["seed"] and j["sim_success"] == p["success"]  # the same sim episodes
         assert j["length"] == SIM.max_steps or j["success"]  # not ended by the sim's own success
         assert j["success"] == (j["max_success_prob"] > 0.5)
+        assert j["sim_success_judged"] <= j["sim_success"]  # the sim's verdict on the steps the judge read
+    # Resets given one per episode may repeat: the same layout, the policy's own noise.
+    again = evaluate_judged_in_sim(
+        load_policy(policies[0]), wm, 0.5, SIM, 3, seed=7, env_seeds=[100, 100, 101]
+    )
+    assert [e["seed"] for e in again["per_episode"]] == [100, 100, 101]
+    with pytest.raises(ValueError, match="2 seeds for 3 episodes"):
+        evaluate_judged_in_sim(load_policy(policies[0]), wm, 0.5, SIM, 3, seed=7, env_seeds=[100, 101])
     # The judge reads the frame the sim rendered: the heads on that frame, computed here by hand.
     import gymnasium as gym
 

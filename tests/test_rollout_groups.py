@@ -17,7 +17,9 @@ from worldloop.rl_finetune.imagination.rollout_groups import (
     best_of_k_curve,
     group_figures,
     imagine_groups,
+    judged_sim_groups,
 )
+from worldloop.vla.sim_evaluation import SimEvalConfig
 from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
 
 
@@ -93,7 +95,22 @@ def test_imagine_groups_orders_starts_and_pays_rls_return():
         imagine_groups(policy, env, starts, 1, seed=5)
 
 
-@pytest.mark.slow  # imagination plus the sim's replays of 8 episodes, four times: ~15 s
+def test_judged_sim_groups_label_each_rollout_by_the_steps_the_judge_read():
+    policy, wm = tiny_policy(), tiny_world_model()
+    sim_cfg = SimEvalConfig(task="reach", max_steps=4, batch_envs=4, videos=0)
+    episodes, labels = judged_sim_groups(
+        policy, wm, 0.5, sim_cfg, [100, 101], 2, seed=3, progress_reward=0.25
+    )
+    assert [e["start"] for e in episodes] == [0, 0, 1, 1]
+    assert [e["seed"] for e in episodes] == [100, 100, 101, 101]  # a start's rollouts share its reset
+    assert labels == [e["sim_success_judged"] for e in episodes]
+    for e in episodes:
+        assert e["return"] == pytest.approx(e["success"] + 0.25 * e["progress"])
+    with pytest.raises(ValueError, match="at least 2 rollouts"):
+        judged_sim_groups(policy, wm, 0.5, sim_cfg, [100], 1, seed=3)
+
+
+@pytest.mark.slow  # imagination plus the sim's replays of 8 episodes, four times, and the sim twice: ~15 s
 def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypatch):
     tiny_world_model().save_pretrained(tmp_path / "wm")
     tiny_policy().save_pretrained(tmp_path / "policy")
@@ -109,7 +126,7 @@ def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypa
             "--starts=2",
             "--group_size=2",
             "--horizon=4",
-            "--observe=[drawn,first_frame]",
+            "--observe=[drawn,first_frame,sim]",
             "--seeds=[3,4]",
             f"--output_dir={tmp_path / 'out'}",
             "--name=groups_smoke",
@@ -119,18 +136,19 @@ def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypa
     result = json.loads((tmp_path / "results" / "groups_smoke.json").read_text())
     runs = result["figures"]["runs"]
     assert [(r["observe"], r["seed"]) for r in runs] == [
-        ("drawn", 3), ("drawn", 4), ("first_frame", 3), ("first_frame", 4)
+        ("drawn", 3), ("drawn", 4), ("first_frame", 3), ("first_frame", 4), ("sim", 3), ("sim", 4)
     ]  # fmt: skip
     for run in runs:
         assert run["judge"]["observe"] == run["observe"] and "success_threshold" in run["judge"]
         assert run["starts"] == 2 and run["group_size"] == 2 and set(run["scores"]) == set(SCORES)
-        assert 0 < run["sim_steps"] <= 2 * 2 * 4
+        if run["observe"] != "sim":  # the imagined actions replayed; the sim mode replays nothing
+            assert 0 < run["sim_steps"] <= 2 * 2 * 4
     mean = result["figures"]["mean"]["drawn"]
     assert mean["seeds"] == [3, 4] and mean["base"]["n"] == 2
     assert mean["base"]["mean"] == pytest.approx((runs[0]["base"] + runs[1]["base"]) / 2)
     assert (tmp_path / "out" / "best_of_k.png").stat().st_size > 0
     monkeypatch.setattr(
-        sys, "argv", ["imagination_groups.py", "--world_model=x", "--policy=y", "--observe=[sim]"]
+        sys, "argv", ["imagination_groups.py", "--world_model=x", "--policy=y", "--observe=[real]"]
     )
-    with pytest.raises(SystemExit, match="drawn or first_frame"):
+    with pytest.raises(SystemExit, match="drawn, first_frame or sim"):
         imagination_groups.main()

@@ -10,7 +10,7 @@ comes from an `EpisodeAdapter`.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -61,13 +61,18 @@ def run_episodes(
     video_dir: str | Path | None,
     desc: str,
     progress_bar: bool = True,
+    env_seeds: Sequence[int] | None = None,
 ) -> tuple[list[dict], float]:
-    """Run `episodes` episodes (env seeds seed, seed+1, ...) in groups of `len(envs)`; the first `videos` are
-    written to `video_dir/videos/` when it is given. Returns the per-episode records and the seconds taken.
-    The policy's random draws in a group come from torch's generators seeded with the group's first env
-    seed: the same seeds and group size give the same episodes, whatever ran before."""
+    """Run `episodes` episodes (env seeds seed, seed+1, ..., or `env_seeds`, one per episode, which may
+    repeat a reset) in groups of `len(envs)`; the first `videos` are written to `video_dir/videos/` when it is
+    given. Returns the per-episode records and the seconds taken. The policy's random draws in a group come
+    from torch's generators seeded with seed + the group's first episode index: the same seeds and group size
+    give the same episodes, whatever ran before."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if env_seeds is not None and len(env_seeds) != episodes:
+        raise ValueError(f"env_seeds: {len(env_seeds)} seeds for {episodes} episodes")
+    reset_seeds = [seed + i for i in range(episodes)] if env_seeds is None else [int(s) for s in env_seeds]
     policy.eval()
     results: list[dict] = []
     start = time.perf_counter()
@@ -79,7 +84,7 @@ def run_episodes(
                     policy,
                     envs[: len(group)],
                     adapter,
-                    [seed + i for i in group],
+                    [reset_seeds[i] for i in group],
                     video_dir,
                     record=[i < videos and video_dir is not None for i in group],
                 )

@@ -7,11 +7,13 @@ own error: an imagination ranking cannot beat the ranking this evaluation gives 
 Episodes start from the same sim resets as imagination's (seeds seed..) and run to the horizon (the sim does
 not end them at its own success, so the judge sees as many frames as in imagination). An episode succeeds
 when the judge's success probability crosses the threshold at any step, as in `WorldModelEnv`; the sim's
-own verdict is kept beside it as `sim_success`.
+own verdict is kept beside it as `sim_success`, and as `sim_success_judged` over the steps the judge read
+(up to the one it passed the episode on: what the actions it was paid for did).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import gymnasium as gym
@@ -78,7 +80,9 @@ class JudgedEpisodes(TabletopEpisodes):
 
     def first_record(self, seed: int, reset_info: dict) -> dict:
         record = super().first_record(seed, reset_info)
-        record.update({"sim_success": False, "sim_progress": 0.0, "max_success_prob": 0.0})
+        record.update(
+            {"sim_success": False, "sim_success_judged": False, "sim_progress": 0.0, "max_success_prob": 0.0}
+        )
         return record
 
     def update(self, record: dict, reward: float, info: dict) -> None:
@@ -86,6 +90,7 @@ class JudgedEpisodes(TabletopEpisodes):
         record["sim_progress"] = float(info["progress"])
         if record["success"]:  # as in imagination: an episode the judge passed stops being judged
             return
+        record["sim_success_judged"] = record["sim_success"]
         prob = info["judge_success_prob"]
         record["max_success_prob"] = max(record["max_success_prob"], prob)
         record["success"] = prob > self.threshold
@@ -101,9 +106,10 @@ def evaluate_judged_in_sim(
     seed: int,
     video_dir: str | Path | None = None,
     device: str = "cpu",
+    env_seeds: Sequence[int] | None = None,
 ) -> dict:
-    """`episodes` sim episodes (seeds seed..) judged by `world_model`'s heads at `threshold`; a summary in
-    the shape of `evaluate_in_sim`'s, with backend "sim_judged"."""
+    """`episodes` sim episodes (seeds seed.., or `env_seeds` as `run_episodes`) judged by `world_model`'s heads
+    at `threshold`; a summary in the shape of `evaluate_in_sim`'s, with backend "sim_judged"."""
     from worldloop import sim  # registers the envs
 
     policy_cameras = tuple(policy.config.cameras)
@@ -123,6 +129,7 @@ def evaluate_judged_in_sim(
             cfg.videos,
             video_dir,
             desc=f"judged sim {cfg.task}",
+            env_seeds=env_seeds,
         )
     return {
         "backend": "sim_judged",

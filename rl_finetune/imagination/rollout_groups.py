@@ -16,6 +16,9 @@ Here each start is imagined `group_size` times with the policy's own sampling no
   the share of starts with any success (`oracle`): what picking by imagination would gain; `best_of_k_curve`
   gives it for every K up to the group size.
 
+`judged_sim_groups` is the judge's own share (`--observe=sim`): the rollouts run in the simulator and the same
+judge reads the sim's frames, so the future is the real one and only the judge can order them wrong.
+
 Scores (`SCORES`): the return RL is paid (`success_reward` x success + `progress_reward` x final progress), the
 judge's highest success probability, and the reward head's final progress.
 """
@@ -30,9 +33,11 @@ from tqdm import tqdm
 
 from worldloop.common.stats import auroc, cluster_bootstrap_ci, within_group_auroc
 from worldloop.rl_finetune.imagination.evaluation import imagine_episodes
+from worldloop.rl_finetune.imagination.judged_sim import evaluate_judged_in_sim
 from worldloop.rl_finetune.imagination.policy_ranking import imagined_actions_in_sim
 from worldloop.vla.policy import Policy
 from worldloop.vla.sim_evaluation import SimEvalConfig
+from worldloop.world_model.model import WorldModel
 from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
 
 SCORES = ("return", "max_success_prob", "progress")
@@ -66,6 +71,34 @@ def imagine_groups(
         bar.update(len(rows))
     bar.close()
     return episodes
+
+
+def judged_sim_groups(
+    policy: Policy,
+    world_model: WorldModel,
+    threshold: float,
+    sim_cfg: SimEvalConfig,
+    start_seeds: Sequence[int],
+    group_size: int,
+    seed: int,
+    success_reward: float = 1.0,
+    progress_reward: float = 0.5,
+) -> tuple[list[dict], list[bool]]:
+    """`group_size` sim episodes from every start's reset (`sim_cfg.batch_envs` stepped together, the policy's
+    noise seeded from `seed`), judged by `world_model`'s heads on the sim's frames (`evaluate_judged_in_sim`);
+    returns the episodes (with `start` and `return`, as `imagine_groups`) and their labels: the sim's success
+    over the steps the judge read, as a replay of an imagined episode's actions is."""
+    if group_size < 2:
+        raise ValueError(f"group_size={group_size}: a start needs at least 2 rollouts to compare")
+    env_seeds = [s for s in start_seeds for _ in range(group_size)]
+    judged = evaluate_judged_in_sim(
+        policy, world_model, threshold, sim_cfg, len(env_seeds), seed, env_seeds=env_seeds
+    )
+    episodes = judged["per_episode"]
+    for i, episode in enumerate(episodes):
+        episode["start"] = i // group_size
+        episode["return"] = success_reward * episode["success"] + progress_reward * episode["progress"]
+    return episodes, [e["sim_success_judged"] for e in episodes]
 
 
 def sim_verdicts(episodes: list[dict], sim_cfg: SimEvalConfig, start_seeds: Sequence[int]) -> dict:
