@@ -12,7 +12,8 @@ bootstrap interval over starts. `--observe=[drawn,first_frame,sim]` runs once pe
 or on the first frame held, the judge reading the drawn frames; or the policy in the simulator and the same judge
 reading the sim's frames: the judge's own share), `--seeds=[...]` once per set of starts,
 with the mean over the sets and its Student-t interval. The result names the judge; `best_of_k.png` in
-`output_dir` plots the best-of-K curves (K = 1..group_size) against a perfect pick's.
+`output_dir` plots the best-of-K curves (K = 1..group_size) against a perfect pick's, and
+`episodes_<observe>_seed<seed>.json` there holds every rollout's start seed, scores and sim verdict.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import write_result  # noqa: E402
+from worldloop.common.checkpoint import save_json  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.common.stats import mean_ci  # noqa: E402
@@ -67,6 +69,17 @@ class ImaginationGroupsBenchmarkConfig:
     name: str = "imagination_groups"
 
 
+def save_episodes(
+    cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int, episodes: list[dict], labels: list[bool]
+) -> None:
+    """Every rollout's start (index and reset seed), scores and sim verdict, for readings after the run."""
+    rows = [
+        {"start": e["start"], "start_seed": seed + e["start"], **{k: e[k] for k in SCORES}, "sim_success": y}
+        for e, y in zip(episodes, labels, strict=True)
+    ]
+    save_json(rows, Path(cfg.output_dir) / f"episodes_{observe}_seed{seed}.json")
+
+
 def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
     if observe not in ("drawn", "first_frame", "sim"):
         raise SystemExit(f"--observe={observe!r}: expected drawn, first_frame or sim, one run each")
@@ -86,6 +99,7 @@ def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
             policy, env.world_model, env.success_threshold, sim_cfg, range(seed, seed + cfg.starts),
             cfg.group_size, seed, cfg.success_reward, cfg.progress_reward,
         )  # fmt: skip
+        save_episodes(cfg, observe, seed, episodes, labels)
         return {
             "observe": observe,
             "seed": seed,
@@ -105,6 +119,7 @@ def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
     if counter.steps:
         raise RuntimeError(f"imagination stepped the simulator {counter.steps} times")
     verdicts = sim_verdicts(episodes, sim_cfg, starts.seeds)
+    save_episodes(cfg, observe, seed, episodes, verdicts["per_episode"])
     figures = group_figures(episodes, verdicts["per_episode"])
     return {
         "observe": observe,

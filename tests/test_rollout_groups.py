@@ -147,6 +147,11 @@ def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypa
     assert mean["seeds"] == [3, 4] and mean["base"]["n"] == 2
     assert mean["base"]["mean"] == pytest.approx((runs[0]["base"] + runs[1]["base"]) / 2)
     assert (tmp_path / "out" / "best_of_k.png").stat().st_size > 0
+    rows = json.loads((tmp_path / "out" / "episodes_sim_seed4.json").read_text())
+    assert [(r["start"], r["start_seed"]) for r in rows] == [(0, 4), (0, 4), (1, 5), (1, 5)]
+    assert set(rows[0]) == {"start", "start_seed", "sim_success", *SCORES}
+    drawn = json.loads((tmp_path / "out" / "episodes_drawn_seed3.json").read_text())
+    assert sum(r["sim_success"] for r in drawn) / len(drawn) == pytest.approx(runs[0]["base"])
     monkeypatch.setattr(
         sys, "argv", ["imagination_groups.py", "--world_model=x", "--policy=y", "--observe=[real]"]
     )
