@@ -8,9 +8,12 @@ policy RL collects in (success ends an episode); each episode's actions are then
 same reset. Per score imagination gives an episode (RL's return, the judge's highest success probability, the
 reward head's progress) it reports the within-start AUROC against the sim's verdicts and what picking the
 top-scored rollout of each start gains in the sim (rl_finetune/imagination/rollout_groups.py), each with a
-bootstrap interval over starts. `--observe=[drawn,first_frame,sim]` runs once per mode (the policy on drawn frames,
+bootstrap interval over starts. `--observe=[drawn,first_frame,sim,replay]` runs once per mode (the policy on drawn frames,
 or on the first frame held, the judge reading the drawn frames; or the policy in the simulator and the same judge
-reading the sim's frames: the judge's own share), `--seeds=[...]` once per set of starts,
+reading the sim's frames: the judge's own share; or the policy's sim rollouts replayed open loop in the world
+model, judged on the drawn replay: the drawing of given actions apart from the closed loop, with, on push, the
+cube's distance to its square read by colour in the sim's frames and the drawn ones, `reading_real` and
+`reading_drawn`, a reading that learns nothing), `--seeds=[...]` once per set of starts,
 with the mean over the sets and its Student-t interval. The result names the judge; `best_of_k.png` in
 `output_dir` plots the best-of-K curves (K = 1..group_size) against a perfect pick's, and
 `episodes_<observe>_seed<seed>.json` there holds every rollout's start seed, scores and sim verdict.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import write_result  # noqa: E402
+from benchmarks.imagination_eval import cube_to_square_reading  # noqa: E402
 from worldloop.common.checkpoint import save_json  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
@@ -41,11 +45,14 @@ from worldloop.rl_finetune.imagination.rollout_groups import (  # noqa: E402
     group_figures,
     imagine_groups,
     judged_sim_groups,
+    replayed_sim_groups,
     sim_verdicts,
 )
+from worldloop.rl_finetune.policy_rl.sim_rollouts import SimRolloutEnv  # noqa: E402
 from worldloop.rl_finetune.sim_steps import count_sim_steps  # noqa: E402
 from worldloop.vla.factory import load_policy  # noqa: E402
 from worldloop.vla.sim_evaluation import SimEvalConfig  # noqa: E402
+from worldloop.world_model.world_model_env import WorldModelEnv  # noqa: E402
 
 
 @dataclass
@@ -63,29 +70,37 @@ class ImaginationGroupsBenchmarkConfig:
     starts_per_batch: int = 2  # starts imagined together (batch = starts_per_batch x group_size)
     success_reward: float = 1.0  # RL's return weights (policy RL's defaults)
     progress_reward: float = 0.5
-    observe: list[str] = field(default_factory=lambda: ["drawn"])  # drawn | first_frame | sim, one run each
+    observe: list[str] = field(
+        default_factory=lambda: ["drawn"]
+    )  # drawn | first_frame | sim | replay, one each
     threads: int = 2
     output_dir: str = "outputs/benchmarks/imagination_groups"  # the plot
     name: str = "imagination_groups"
 
 
 def save_episodes(
-    cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int, episodes: list[dict], labels: list[bool]
+    cfg: ImaginationGroupsBenchmarkConfig,
+    observe: str,
+    seed: int,
+    episodes: list[dict],
+    labels: list[bool],
+    scores: tuple[str, ...] = SCORES,
 ) -> None:
     """Every rollout's start (index and reset seed), scores and sim verdict, for readings after the run."""
     rows = [
-        {"start": e["start"], "start_seed": seed + e["start"], **{k: e[k] for k in SCORES}, "sim_success": y}
+        {"start": e["start"], "start_seed": seed + e["start"], **{k: e[k] for k in scores}, "sim_success": y}
         for e, y in zip(episodes, labels, strict=True)
     ]
     save_json(rows, Path(cfg.output_dir) / f"episodes_{observe}_seed{seed}.json")
 
 
 def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
-    if observe not in ("drawn", "first_frame", "sim"):
-        raise SystemExit(f"--observe={observe!r}: expected drawn, first_frame or sim, one run each")
+    if observe not in ("drawn", "first_frame", "sim", "replay"):
+        raise SystemExit(f"--observe={observe!r}: expected drawn, first_frame, sim or replay, one run each")
     im_cfg = ImaginationEvalConfig(
         world_model=cfg.world_model, horizon=cfg.horizon, sampler_steps=cfg.sampler_steps,
-        success_threshold=cfg.success_threshold, observe=observe,
+        success_threshold=cfg.success_threshold,
+        observe="drawn" if observe == "replay" else observe,  # replays draw; no policy observes them
     )  # fmt: skip
     sim_cfg = SimEvalConfig(
         task=cfg.task, max_steps=cfg.horizon, batch_envs=cfg.starts_per_batch * cfg.group_size, videos=0
@@ -109,6 +124,8 @@ def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
             "sim_seconds": time.perf_counter() - t0,
         }
     starts = sim_starts(env, sim_cfg, cfg.starts, seed)
+    if observe == "replay":
+        return replay_run(cfg, env, policy, sim_cfg, starts, seed, judge)
     t0 = time.perf_counter()
     with count_sim_steps() as counter:
         episodes = imagine_groups(
@@ -129,6 +146,31 @@ def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
         "imagined_success": sum(e["success"] for e in episodes) / len(episodes),
         "imagination_seconds": imagined_seconds,
         "sim_steps": verdicts["sim_steps"],
+    }
+
+
+def replay_run(cfg, env, policy, sim_cfg: SimEvalConfig, starts, seed: int, judge: dict) -> dict:
+    """`--observe=replay`: the sim's rollouts replayed open loop, every drawn step read to the horizon."""
+    whole = WorldModelEnv(env.world_model, replace(env.config, terminate_on_success=False), env.embodiment)
+    sim_env = SimRolloutEnv(sim_cfg, env.config, env.cameras, env.world_model.cfg.frame_size)
+    reading = cube_to_square_reading(list(dict.fromkeys(starts.task)))  # None but on tabletop push
+    t0 = time.perf_counter()
+    try:
+        episodes, labels = replayed_sim_groups(
+            policy, whole, sim_env, starts, cfg.group_size, seed, cfg.starts_per_batch,
+            cfg.success_reward, cfg.progress_reward, reading,
+        )  # fmt: skip
+    finally:
+        sim_env.close()
+    scores = (*SCORES, "reading_real", "reading_drawn") if reading else SCORES
+    save_episodes(cfg, "replay", seed, episodes, labels, scores)
+    return {
+        "observe": "replay",
+        "seed": seed,
+        "judge": judge,
+        **group_figures(episodes, labels, scores=scores),
+        "sim_success": sum(labels) / len(labels),
+        "seconds": time.perf_counter() - t0,
     }
 
 
@@ -158,7 +200,7 @@ def summary(runs: list[dict]) -> dict:
                         [r["scores"][name]["best_of_k_minus_base"]["value"] for r in mine]
                     ),
                 }
-                for name in SCORES
+                for name in mine[0]["scores"]
             },
         }
     return out
@@ -213,7 +255,7 @@ def main() -> None:
             "oracle": round(r["oracle"], 3),
         }
         for r in runs
-        for name in SCORES
+        for name in r["scores"]
     ]
     print_table(table, title=f"\n{cfg.starts} starts x {cfg.group_size} imagined rollouts, played in the sim")
     means = summary(runs)

@@ -8,17 +8,20 @@ import sys
 
 import numpy as np
 import pytest
-from imagination_fixtures import random_starts, tiny_policy, tiny_world_model
+from imagination_fixtures import IMAGE_SIZE, random_starts, tiny_policy, tiny_world_model
 
 import benchmarks._common
 from benchmarks import imagination_groups
+from worldloop.rl_finetune.imagination.initial_states import sim_starts
 from worldloop.rl_finetune.imagination.rollout_groups import (
     SCORES,
     best_of_k_curve,
     group_figures,
     imagine_groups,
     judged_sim_groups,
+    replayed_sim_groups,
 )
+from worldloop.rl_finetune.policy_rl.sim_rollouts import SimRolloutEnv
 from worldloop.vla.sim_evaluation import SimEvalConfig
 from worldloop.world_model.world_model_env import WorldModelEnv, WorldModelEnvConfig
 
@@ -110,6 +113,34 @@ def test_judged_sim_groups_label_each_rollout_by_the_steps_the_judge_read():
         judged_sim_groups(policy, wm, 0.5, sim_cfg, [100], 1, seed=3)
 
 
+def test_replayed_sim_groups_replay_the_sims_actions_and_read_both_frames():
+    policy, wm = tiny_policy(), tiny_world_model()
+    env = WorldModelEnv(wm, WorldModelEnvConfig(horizon=4, terminate_on_success=False))
+    sim_cfg = SimEvalConfig(task="reach", max_steps=4, videos=0)
+    starts = sim_starts(env, sim_cfg, 2, 100)
+    sim_env = SimRolloutEnv(sim_cfg, env.config, env.cameras, IMAGE_SIZE)
+    seen = []
+
+    def brightness(frames, task):  # [B, T, 3, H, W] -> [B, T]: a reading that knows nothing of the task
+        seen.append(frames.shape[:2])
+        return frames.float().mean((2, 3, 4))
+
+    episodes, labels = replayed_sim_groups(policy, env, sim_env, starts, 2, seed=0, reading=brightness)
+    sim_env.close()
+    assert [e["start"] for e in episodes] == [0, 0, 1, 1] and len(labels) == 4
+    assert all(isinstance(y, bool) for y in labels)
+    for e in episodes:
+        assert e["return"] == pytest.approx(e["success"] + 0.5 * e["progress"])
+        assert e["reading_real"] <= 0 and e["reading_drawn"] <= 0  # minus a least brightness
+    # the sim's frame at each of the 2 chunks' ends, then the 4 drawn steps of the replay
+    assert seen[:2] == [(4, 1), (4, 1)] and seen[2][0] == 4
+    again, _ = replayed_sim_groups(
+        policy, env, SimRolloutEnv(sim_cfg, env.config, env.cameras, IMAGE_SIZE), starts, 2, seed=0
+    )
+    assert [e["max_success_prob"] for e in again] == [e["max_success_prob"] for e in episodes]
+    assert "reading_real" not in again[0]
+
+
 @pytest.mark.slow  # imagination plus the sim's replays of 8 episodes, four times, and the sim twice: ~15 s
 def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypatch):
     tiny_world_model().save_pretrained(tmp_path / "wm")
@@ -126,7 +157,7 @@ def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypa
             "--starts=2",
             "--group_size=2",
             "--horizon=4",
-            "--observe=[drawn,first_frame,sim]",
+            "--observe=[drawn,first_frame,sim,replay]",
             "--seeds=[3,4]",
             f"--output_dir={tmp_path / 'out'}",
             "--name=groups_smoke",
@@ -136,12 +167,13 @@ def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypa
     result = json.loads((tmp_path / "results" / "groups_smoke.json").read_text())
     runs = result["figures"]["runs"]
     assert [(r["observe"], r["seed"]) for r in runs] == [
-        ("drawn", 3), ("drawn", 4), ("first_frame", 3), ("first_frame", 4), ("sim", 3), ("sim", 4)
+        ("drawn", 3), ("drawn", 4), ("first_frame", 3), ("first_frame", 4), ("sim", 3), ("sim", 4),
+        ("replay", 3), ("replay", 4),
     ]  # fmt: skip
     for run in runs:
         assert run["judge"]["observe"] == run["observe"] and "success_threshold" in run["judge"]
         assert run["starts"] == 2 and run["group_size"] == 2 and set(run["scores"]) == set(SCORES)
-        if run["observe"] != "sim":  # the imagined actions replayed; the sim mode replays nothing
+        if run["observe"] in ("drawn", "first_frame"):  # the imagined actions replayed in the sim
             assert 0 < run["sim_steps"] <= 2 * 2 * 4
     mean = result["figures"]["mean"]["drawn"]
     assert mean["seeds"] == [3, 4] and mean["base"]["n"] == 2
@@ -155,5 +187,5 @@ def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypa
     monkeypatch.setattr(
         sys, "argv", ["imagination_groups.py", "--world_model=x", "--policy=y", "--observe=[real]"]
     )
-    with pytest.raises(SystemExit, match="drawn, first_frame or sim"):
+    with pytest.raises(SystemExit, match="drawn, first_frame, sim or replay"):
         imagination_groups.main()

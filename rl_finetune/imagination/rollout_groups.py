@@ -16,7 +16,10 @@ Here each start is imagined `group_size` times with the policy's own sampling no
   the share of starts with any success (`oracle`): what picking by imagination would gain; `best_of_k_curve`
   gives it for every K up to the group size.
 
-`judged_sim_groups` is the judge's own share (`--observe=sim`): the rollouts run in the simulator and the same
+`replayed_sim_groups` separates the drawing from the closed loop (`--observe=replay`): the policy's own sim
+rollouts, each replayed open loop in the world model and judged on the drawn frames; with a frame reading (for
+push, the cube's distance to its square by colour) it also reads the sim's frames and the drawn ones apart from
+the judge. `judged_sim_groups` is the judge's own share (`--observe=sim`): the rollouts run in the simulator and the same
 judge reads the sim's frames, so the future is the real one and only the judge can order them wrong.
 
 Scores (`SCORES`): the return RL is paid (`success_reward` x success + `progress_reward` x final progress), the
@@ -29,16 +32,19 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
+from worldloop.common.rng import torch_seeded
 from worldloop.common.stats import auroc, cluster_bootstrap_ci, within_group_auroc
+from worldloop.data.features import image_key
 from worldloop.rl_finetune.imagination.evaluation import imagine_episodes
 from worldloop.rl_finetune.imagination.judged_sim import evaluate_judged_in_sim
 from worldloop.rl_finetune.imagination.policy_ranking import imagined_actions_in_sim
 from worldloop.vla.policy import Policy
 from worldloop.vla.sim_evaluation import SimEvalConfig
 from worldloop.world_model.model import WorldModel
-from worldloop.world_model.world_model_env import InitialStates, WorldModelEnv
+from worldloop.world_model.world_model_env import FrameReading, InitialStates, WorldModelEnv, replay_actions
 
 SCORES = ("return", "max_success_prob", "progress")
 
@@ -71,6 +77,57 @@ def imagine_groups(
         bar.update(len(rows))
     bar.close()
     return episodes
+
+
+def replayed_sim_groups(
+    policy: Policy,
+    env: WorldModelEnv,
+    sim_env,
+    starts: InitialStates,
+    group_size: int,
+    seed: int,
+    starts_per_batch: int = 2,
+    success_reward: float = 1.0,
+    progress_reward: float = 0.5,
+    reading: FrameReading | None = None,
+) -> tuple[list[dict], list[bool]]:
+    """`group_size` rollouts of every start in `sim_env` (a `policy_rl.sim_rollouts.SimRolloutEnv`; the policy's
+    noise of batch b seeded `seed + b`), each replayed open loop in `env` from its start (`replay_actions`,
+    judged on the drawn frames); returns the episodes (`start`, the judge's `success`, `progress`,
+    `max_success_prob`, `return`) and their labels, the sim's success. With `reading` (frames [B, T, 3, H, W]
+    -> [B, T], smaller nearer success, NaN unseen) each episode also gets `reading_real` and `reading_drawn`:
+    minus its least value over the chunks' ends, in the sim's frames and in the drawn ones (unseen: far)."""
+    if group_size < 2:
+        raise ValueError(f"group_size={group_size}: a start needs at least 2 rollouts to compare")
+    camera, chunk, far = env.cameras[0], policy.n_action_steps, 1e3
+    episodes: list[dict] = []
+    labels: list[bool] = []
+    for b, first in enumerate(range(0, starts.batch_size, starts_per_batch)):
+        rows = list(range(first, min(first + starts_per_batch, starts.batch_size)))
+        batch = starts.select(rows).repeat(group_size)
+        actions, real = [], []
+        with torch_seeded(seed + b):
+            obs = sim_env.reset(batch)
+            while not sim_env.done.all():
+                actions.append(policy.predict_action_chunk(obs)[:, :chunk])
+                obs, *_ = sim_env.step(actions[-1])  # an ended episode's frame stays its last
+                if reading is not None:
+                    real.append(reading(obs[image_key(camera)][:, None], batch.task)[:, 0])
+        labels += sim_env.succeeded.tolist()
+        played = torch.cat(actions, 1)[:, : env.config.horizon]
+        replayed = replay_actions(env, batch, played, seed + b, frame_reading=reading)
+        for i, r in enumerate(replayed):
+            episode = {
+                "start": rows[i // group_size],
+                **{k: r[k] for k in ("success", "progress", "max_success_prob")},
+                "return": success_reward * r["success"] + progress_reward * r["progress"],
+            }
+            if reading is not None:
+                drawn = torch.tensor(r["frame_reading"])[chunk - 1 :: chunk]  # the chunks' ends, as the real
+                episode["reading_real"] = -float(torch.stack(real, 1)[i].nan_to_num(far).min())
+                episode["reading_drawn"] = -float(drawn.nan_to_num(far).min())
+            episodes.append(episode)
+    return episodes, labels
 
 
 def judged_sim_groups(
@@ -106,11 +163,13 @@ def sim_verdicts(episodes: list[dict], sim_cfg: SimEvalConfig, start_seeds: Sequ
     return imagined_actions_in_sim(episodes, sim_cfg, [start_seeds[e["start"]] for e in episodes])
 
 
-def group_figures(episodes: list[dict], sim_success: Sequence[bool], n_boot: int = 2000) -> dict:
-    """What imagination's scores say about the sim's verdicts, within each start (the module docstring).
+def group_figures(
+    episodes: list[dict], sim_success: Sequence[bool], n_boot: int = 2000, scores: Sequence[str] = SCORES
+) -> dict:
+    """What imagination's `scores` say about the sim's verdicts, within each start (the module docstring).
 
-    episodes: `imagine_groups`' output, every start with the same number of rollouts; sim_success: per
-    episode, whether its actions succeeded in the sim."""
+    episodes: `imagine_groups`' output (or `replayed_sim_groups`', `judged_sim_groups`'), every start with the
+    same number of rollouts; sim_success: per episode, whether its actions succeeded in the sim."""
     success = np.asarray(sim_success, dtype=bool)
     start = np.asarray([e["start"] for e in episodes])
     if len(success) != len(start):
@@ -127,7 +186,7 @@ def group_figures(episodes: list[dict], sim_success: Sequence[bool], n_boot: int
         "mixed_starts": float(np.mean([success[m].any() and not success[m].all() for m in members])),
         "scores": {},
     }
-    for name in SCORES:
+    for name in scores:
         score = np.asarray([e[name] for e in episodes], dtype=np.float64)
         figures["scores"][name] = score_figures(score, success, members, n_boot)
     # a perfect pick's curve does not depend on the score
