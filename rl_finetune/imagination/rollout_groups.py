@@ -102,6 +102,7 @@ def replayed_sim_groups(
     camera, chunk, far = env.cameras[0], policy.n_action_steps, 1e3
     episodes: list[dict] = []
     labels: list[bool] = []
+    bar = tqdm(total=starts.batch_size, desc="sim rollouts replayed")
     for b, first in enumerate(range(0, starts.batch_size, starts_per_batch)):
         rows = list(range(first, min(first + starts_per_batch, starts.batch_size)))
         batch = starts.select(rows).repeat(group_size)
@@ -127,6 +128,8 @@ def replayed_sim_groups(
                 episode["reading_real"] = -float(torch.stack(real, 1)[i].nan_to_num(far).min())
                 episode["reading_drawn"] = -float(drawn.nan_to_num(far).min())
             episodes.append(episode)
+        bar.update(len(rows))
+    bar.close()
     return episodes, labels
 
 
