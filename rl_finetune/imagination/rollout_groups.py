@@ -49,6 +49,11 @@ from worldloop.world_model.world_model_env import FrameReading, InitialStates, W
 SCORES = ("return", "max_success_prob", "progress")
 
 
+def check_group_size(group_size: int) -> None:
+    if group_size < 2:
+        raise ValueError(f"group_size={group_size}: a start needs at least 2 rollouts to compare")
+
+
 def imagine_groups(
     policy: Policy,
     env: WorldModelEnv,
@@ -62,8 +67,7 @@ def imagine_groups(
     """`group_size` imagined episodes of every start, in start order ([s0 x K, s1 x K, ...]); each is
     `imagine_episodes`' result plus `start` (its index) and `return` (what RL is paid for it). Batch b of
     `starts_per_batch` starts is seeded `seed + b`."""
-    if group_size < 2:
-        raise ValueError(f"group_size={group_size}: a start needs at least 2 rollouts to compare")
+    check_group_size(group_size)
     n = starts.batch_size
     episodes: list[dict] = []
     bar = tqdm(total=n, desc="imagined groups")
@@ -97,8 +101,7 @@ def replayed_sim_groups(
     `max_success_prob`, `return`) and their labels, the sim's success. With `reading` (frames [B, T, 3, H, W]
     -> [B, T], smaller nearer success, NaN unseen) each episode also gets `reading_real` and `reading_drawn`:
     minus its least value over the chunks' ends, in the sim's frames and in the drawn ones (unseen: far)."""
-    if group_size < 2:
-        raise ValueError(f"group_size={group_size}: a start needs at least 2 rollouts to compare")
+    check_group_size(group_size)
     camera, chunk, far = env.cameras[0], policy.n_action_steps, 1e3
     episodes: list[dict] = []
     labels: list[bool] = []
@@ -148,8 +151,7 @@ def judged_sim_groups(
     noise seeded from `seed`), judged by `world_model`'s heads on the sim's frames (`evaluate_judged_in_sim`);
     returns the episodes (with `start` and `return`, as `imagine_groups`) and their labels: the sim's success
     over the steps the judge read, as a replay of an imagined episode's actions is."""
-    if group_size < 2:
-        raise ValueError(f"group_size={group_size}: a start needs at least 2 rollouts to compare")
+    check_group_size(group_size)
     env_seeds = [s for s in start_seeds for _ in range(group_size)]
     judged = evaluate_judged_in_sim(
         policy, world_model, threshold, sim_cfg, len(env_seeds), seed, env_seeds=env_seeds
