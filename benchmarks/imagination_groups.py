@@ -42,6 +42,7 @@ from worldloop.rl_finetune.imagination.initial_states import sim_starts  # noqa:
 from worldloop.rl_finetune.imagination.policy_ranking import load_world_model_env  # noqa: E402
 from worldloop.rl_finetune.imagination.rollout_groups import (  # noqa: E402
     SCORES,
+    GroupSettings,
     group_figures,
     imagine_groups,
     judged_sim_groups,
@@ -78,6 +79,10 @@ class ImaginationGroupsBenchmarkConfig:
     name: str = "imagination_groups"
 
 
+def group_settings(cfg: ImaginationGroupsBenchmarkConfig) -> GroupSettings:
+    return GroupSettings(cfg.group_size, cfg.starts_per_batch, cfg.success_reward, cfg.progress_reward)
+
+
 def save_episodes(
     cfg: ImaginationGroupsBenchmarkConfig,
     observe: str,
@@ -111,8 +116,8 @@ def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
     if observe == "sim":
         t0 = time.perf_counter()
         episodes, labels = judged_sim_groups(
-            policy, env.world_model, env.success_threshold, sim_cfg, range(seed, seed + cfg.starts),
-            cfg.group_size, seed, cfg.success_reward, cfg.progress_reward,
+            policy, env.world_model, env.success_threshold, sim_cfg, range(seed, seed + cfg.starts), seed,
+            group_settings(cfg),
         )  # fmt: skip
         save_episodes(cfg, observe, seed, episodes, labels)
         return {
@@ -128,10 +133,7 @@ def run(cfg: ImaginationGroupsBenchmarkConfig, observe: str, seed: int) -> dict:
         return replay_run(cfg, env, policy, sim_cfg, starts, seed, judge)
     t0 = time.perf_counter()
     with count_sim_steps() as counter:
-        episodes = imagine_groups(
-            policy, env, starts, cfg.group_size, seed, cfg.starts_per_batch,
-            cfg.success_reward, cfg.progress_reward,
-        )  # fmt: skip
+        episodes = imagine_groups(policy, env, starts, seed, group_settings(cfg))
     imagined_seconds = time.perf_counter() - t0
     if counter.steps:
         raise RuntimeError(f"imagination stepped the simulator {counter.steps} times")
@@ -157,9 +159,8 @@ def replay_run(cfg, env, policy, sim_cfg: SimEvalConfig, starts, seed: int, judg
     t0 = time.perf_counter()
     try:
         episodes, labels = replayed_sim_groups(
-            policy, whole, sim_env, starts, cfg.group_size, seed, cfg.starts_per_batch,
-            cfg.success_reward, cfg.progress_reward, reading,
-        )  # fmt: skip
+            policy, whole, sim_env, starts, seed, group_settings(cfg), reading
+        )
     finally:
         sim_env.close()
     scores = (*SCORES, "reading_real", "reading_drawn") if reading else SCORES

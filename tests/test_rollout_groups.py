@@ -15,6 +15,7 @@ from benchmarks import imagination_groups
 from worldloop.rl_finetune.imagination.initial_states import sim_starts
 from worldloop.rl_finetune.imagination.rollout_groups import (
     SCORES,
+    GroupSettings,
     best_of_k_curve,
     group_figures,
     imagine_groups,
@@ -85,24 +86,24 @@ def tiny_env(horizon: int = 4) -> WorldModelEnv:
 
 def test_imagine_groups_orders_starts_and_pays_rls_return():
     env, policy, starts = tiny_env(), tiny_policy(), random_starts(3)
-    episodes = imagine_groups(policy, env, starts, 2, seed=5, starts_per_batch=2, progress_reward=0.25)
+    episodes = imagine_groups(policy, env, starts, 5, GroupSettings(group_size=2, progress_reward=0.25))
     assert [e["start"] for e in episodes] == [0, 0, 1, 1, 2, 2]
     for e in episodes:
         assert e["return"] == pytest.approx(e["success"] + 0.25 * e["progress"])
     # the rollouts of one start differ (the policy's noise and the world model's draws) ...
     assert episodes[0]["actions"] != episodes[1]["actions"]
     # ... and the same seed draws them again
-    again = imagine_groups(policy, env, starts, 2, seed=5, starts_per_batch=2, progress_reward=0.25)
+    again = imagine_groups(policy, env, starts, 5, GroupSettings(group_size=2, progress_reward=0.25))
     assert [e["actions"] for e in again] == [e["actions"] for e in episodes]
     with pytest.raises(ValueError, match="at least 2 rollouts"):
-        imagine_groups(policy, env, starts, 1, seed=5)
+        imagine_groups(policy, env, starts, 5, GroupSettings(group_size=1))
 
 
 def test_judged_sim_groups_label_each_rollout_by_the_steps_the_judge_read():
     policy, wm = tiny_policy(), tiny_world_model()
     sim_cfg = SimEvalConfig(task="reach", max_steps=4, batch_envs=4, videos=0)
     episodes, labels = judged_sim_groups(
-        policy, wm, 0.5, sim_cfg, [100, 101], 2, seed=3, progress_reward=0.25
+        policy, wm, 0.5, sim_cfg, [100, 101], 3, GroupSettings(group_size=2, progress_reward=0.25)
     )
     assert [e["start"] for e in episodes] == [0, 0, 1, 1]
     assert [e["seed"] for e in episodes] == [100, 100, 101, 101]  # a start's rollouts share its reset
@@ -110,7 +111,7 @@ def test_judged_sim_groups_label_each_rollout_by_the_steps_the_judge_read():
     for e in episodes:
         assert e["return"] == pytest.approx(e["success"] + 0.25 * e["progress"])
     with pytest.raises(ValueError, match="at least 2 rollouts"):
-        judged_sim_groups(policy, wm, 0.5, sim_cfg, [100], 1, seed=3)
+        judged_sim_groups(policy, wm, 0.5, sim_cfg, [100], 3, GroupSettings(group_size=1))
 
 
 def test_replayed_sim_groups_replay_the_sims_actions_and_read_both_frames():
@@ -125,7 +126,9 @@ def test_replayed_sim_groups_replay_the_sims_actions_and_read_both_frames():
         seen.append(frames.shape[:2])
         return frames.float().mean((2, 3, 4))
 
-    episodes, labels = replayed_sim_groups(policy, env, sim_env, starts, 2, seed=0, reading=brightness)
+    episodes, labels = replayed_sim_groups(
+        policy, env, sim_env, starts, 0, GroupSettings(group_size=2), brightness
+    )
     sim_env.close()
     assert [e["start"] for e in episodes] == [0, 0, 1, 1] and len(labels) == 4
     assert all(isinstance(y, bool) for y in labels)
@@ -135,7 +138,12 @@ def test_replayed_sim_groups_replay_the_sims_actions_and_read_both_frames():
     # the sim's frame at each of the 2 chunks' ends, then the 4 drawn steps of the replay
     assert seen[:2] == [(4, 1), (4, 1)] and seen[2][0] == 4
     again, _ = replayed_sim_groups(
-        policy, env, SimRolloutEnv(sim_cfg, env.config, env.cameras, IMAGE_SIZE), starts, 2, seed=0
+        policy,
+        env,
+        SimRolloutEnv(sim_cfg, env.config, env.cameras, IMAGE_SIZE),
+        starts,
+        0,
+        GroupSettings(group_size=2),
     )
     assert [e["max_success_prob"] for e in again] == [e["max_success_prob"] for e in episodes]
     assert "reading_real" not in again[0]

@@ -22,14 +22,15 @@ push, the cube's distance to its square by colour) it also reads the sim's frame
 the judge. `judged_sim_groups` is the judge's own share (`--observe=sim`): the rollouts run in the simulator and the same
 judge reads the sim's frames, so the future is the real one and only the judge can order them wrong.
 
-Scores (`SCORES`): the return RL is paid (`success_reward` x success + `progress_reward` x final progress), the
-judge's highest success probability, and the reward head's final progress.
+Scores (`SCORES`): the return RL is paid (`GroupSettings.paid`: `success_reward` x success + `progress_reward` x
+final progress), the judge's highest success probability, and the reward head's final progress.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -49,34 +50,42 @@ from worldloop.world_model.world_model_env import FrameReading, InitialStates, W
 SCORES = ("return", "max_success_prob", "progress")
 
 
-def check_group_size(group_size: int) -> None:
-    if group_size < 2:
-        raise ValueError(f"group_size={group_size}: a start needs at least 2 rollouts to compare")
+@dataclass(frozen=True)
+class GroupSettings:
+    """How every start's rollouts are drawn, and what RL pays for one."""
+
+    group_size: int = 8  # rollouts per start (GRPO's and NFT's default group)
+    starts_per_batch: int = 2  # starts rolled out together (batch = starts_per_batch x group_size)
+    success_reward: float = 1.0  # RL's return weights (policy RL's defaults)
+    progress_reward: float = 0.5
+
+    def __post_init__(self):
+        if self.group_size < 2:
+            raise ValueError(f"group_size={self.group_size}: a start needs at least 2 rollouts to compare")
+
+    def paid(self, episode: dict) -> float:
+        """RL's return for an episode with `success` and `progress`."""
+        return self.success_reward * episode["success"] + self.progress_reward * episode["progress"]
+
+    def batches(self, n: int) -> Iterator[tuple[int, list[int]]]:
+        """(b, the start indices of batch b) over `n` starts, `starts_per_batch` a batch."""
+        for b, first in enumerate(range(0, n, self.starts_per_batch)):
+            yield b, list(range(first, min(first + self.starts_per_batch, n)))
 
 
 def imagine_groups(
-    policy: Policy,
-    env: WorldModelEnv,
-    starts: InitialStates,
-    group_size: int,
-    seed: int,
-    starts_per_batch: int = 2,
-    success_reward: float = 1.0,
-    progress_reward: float = 0.5,
+    policy: Policy, env: WorldModelEnv, starts: InitialStates, seed: int, groups: GroupSettings
 ) -> list[dict]:
-    """`group_size` imagined episodes of every start, in start order ([s0 x K, s1 x K, ...]); each is
+    """`groups.group_size` imagined episodes of every start, in start order ([s0 x K, s1 x K, ...]); each is
     `imagine_episodes`' result plus `start` (its index) and `return` (what RL is paid for it). Batch b of
-    `starts_per_batch` starts is seeded `seed + b`."""
-    check_group_size(group_size)
-    n = starts.batch_size
+    `groups.starts_per_batch` starts is seeded `seed + b`."""
     episodes: list[dict] = []
-    bar = tqdm(total=n, desc="imagined groups")
-    for b, first in enumerate(range(0, n, starts_per_batch)):
-        rows = list(range(first, min(first + starts_per_batch, n)))
-        batch, _ = imagine_episodes(policy, env, starts.select(rows).repeat(group_size), seed + b)
+    bar = tqdm(total=starts.batch_size, desc="imagined groups")
+    for b, rows in groups.batches(starts.batch_size):
+        batch, _ = imagine_episodes(policy, env, starts.select(rows).repeat(groups.group_size), seed + b)
         for i, episode in enumerate(batch):
-            episode["start"] = rows[i // group_size]
-            episode["return"] = success_reward * episode["success"] + progress_reward * episode["progress"]
+            episode["start"] = rows[i // groups.group_size]
+            episode["return"] = groups.paid(episode)
         episodes += batch
         bar.update(len(rows))
     bar.close()
@@ -88,27 +97,22 @@ def replayed_sim_groups(
     env: WorldModelEnv,
     sim_env,
     starts: InitialStates,
-    group_size: int,
     seed: int,
-    starts_per_batch: int = 2,
-    success_reward: float = 1.0,
-    progress_reward: float = 0.5,
+    groups: GroupSettings,
     reading: FrameReading | None = None,
 ) -> tuple[list[dict], list[bool]]:
-    """`group_size` rollouts of every start in `sim_env` (a `policy_rl.sim_rollouts.SimRolloutEnv`; the policy's
+    """`groups.group_size` rollouts of every start in `sim_env` (a `policy_rl.sim_rollouts.SimRolloutEnv`; the policy's
     noise of batch b seeded `seed + b`), each replayed open loop in `env` from its start (`replay_actions`,
     judged on the drawn frames); returns the episodes (`start`, the judge's `success`, `progress`,
     `max_success_prob`, `return`) and their labels, the sim's success. With `reading` (frames [B, T, 3, H, W]
     -> [B, T], smaller nearer success, NaN unseen) each episode also gets `reading_real` and `reading_drawn`:
     minus its least value over the chunks' ends, in the sim's frames and in the drawn ones (unseen: far)."""
-    check_group_size(group_size)
     camera, chunk, far = env.cameras[0], policy.n_action_steps, 1e3
     episodes: list[dict] = []
     labels: list[bool] = []
     bar = tqdm(total=starts.batch_size, desc="sim rollouts replayed")
-    for b, first in enumerate(range(0, starts.batch_size, starts_per_batch)):
-        rows = list(range(first, min(first + starts_per_batch, starts.batch_size)))
-        batch = starts.select(rows).repeat(group_size)
+    for b, rows in groups.batches(starts.batch_size):
+        batch = starts.select(rows).repeat(groups.group_size)
         actions, real = [], []
         with torch_seeded(seed + b):
             obs = sim_env.reset(batch)
@@ -122,9 +126,9 @@ def replayed_sim_groups(
         replayed = replay_actions(env, batch, played, seed + b, frame_reading=reading)
         for i, r in enumerate(replayed):
             episode = {
-                "start": rows[i // group_size],
+                "start": rows[i // groups.group_size],
                 **{k: r[k] for k in ("success", "progress", "max_success_prob")},
-                "return": success_reward * r["success"] + progress_reward * r["progress"],
+                "return": groups.paid(r),
             }
             if reading is not None:
                 drawn = torch.tensor(r["frame_reading"])[chunk - 1 :: chunk]  # the chunks' ends, as the real
@@ -142,24 +146,21 @@ def judged_sim_groups(
     threshold: float,
     sim_cfg: SimEvalConfig,
     start_seeds: Sequence[int],
-    group_size: int,
     seed: int,
-    success_reward: float = 1.0,
-    progress_reward: float = 0.5,
+    groups: GroupSettings,
 ) -> tuple[list[dict], list[bool]]:
-    """`group_size` sim episodes from every start's reset (`sim_cfg.batch_envs` stepped together, the policy's
+    """`groups.group_size` sim episodes from every start's reset (`sim_cfg.batch_envs` stepped together, the policy's
     noise seeded from `seed`), judged by `world_model`'s heads on the sim's frames (`evaluate_judged_in_sim`);
     returns the episodes (with `start` and `return`, as `imagine_groups`) and their labels: the sim's success
     over the steps the judge read, as a replay of an imagined episode's actions is."""
-    check_group_size(group_size)
-    env_seeds = [s for s in start_seeds for _ in range(group_size)]
+    env_seeds = [s for s in start_seeds for _ in range(groups.group_size)]
     judged = evaluate_judged_in_sim(
         policy, world_model, threshold, sim_cfg, len(env_seeds), seed, env_seeds=env_seeds
     )
     episodes = judged["per_episode"]
     for i, episode in enumerate(episodes):
-        episode["start"] = i // group_size
-        episode["return"] = success_reward * episode["success"] + progress_reward * episode["progress"]
+        episode["start"] = i // groups.group_size
+        episode["return"] = groups.paid(episode)
     return episodes, [e["sim_success_judged"] for e in episodes]
 
 
