@@ -13,10 +13,16 @@ or on the first frame held, the judge reading the drawn frames; or the policy in
 reading the sim's frames: the judge's own share; or the policy's sim rollouts replayed open loop in the world
 model, judged on the drawn replay: the drawing of given actions apart from the closed loop, with, on push, the
 cube's distance to its square read by colour in the sim's frames and the drawn ones, `reading_real` and
-`reading_drawn`, a reading that learns nothing), `--seeds=[...]` once per set of starts,
+`reading_drawn`, a reading that learns nothing, and `reading_response`: the slope of the drawn reading on the
+real one across a start's rollouts, 1 when the drawing sets them as far apart as the world), `--seeds=[...]` once
+per set of starts,
 with the mean over the sets and its Student-t interval. The result names the judge; `best_of_k.png` in
 `output_dir` plots the best-of-K curves (K = 1..group_size) against a perfect pick's, and
 `episodes_<observe>_seed<seed>.json` there holds every rollout's start seed, scores and sim verdict.
+
+To screen a world model against another on the same rollouts (`replay` and `sim`, whose rollouts the world model
+does not choose), run it with `--compare_to=<the other run's output_dir>`: per score, the paired within-start
+AUROC difference (this run minus that one) and its bootstrap interval over starts, per set and their mean.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import write_result  # noqa: E402
 from benchmarks.imagination_eval import cube_to_square_reading  # noqa: E402
-from worldloop.common.checkpoint import save_json  # noqa: E402
+from worldloop.common.checkpoint import load_json, save_json  # noqa: E402
 from worldloop.common.config import parse_cli  # noqa: E402
 from worldloop.common.run_record import print_table  # noqa: E402
 from worldloop.common.stats import mean_ci  # noqa: E402
@@ -46,6 +52,8 @@ from worldloop.rl_finetune.imagination.rollout_groups import (  # noqa: E402
     group_figures,
     imagine_groups,
     judged_sim_groups,
+    paired_difference,
+    reading_response,
     replayed_sim_groups,
     sim_verdicts,
 )
@@ -75,7 +83,8 @@ class ImaginationGroupsBenchmarkConfig:
         default_factory=lambda: ["drawn"]
     )  # drawn | first_frame | sim | replay, one each
     threads: int = 2
-    output_dir: str = "outputs/benchmarks/imagination_groups"  # the plot
+    output_dir: str = "outputs/benchmarks/imagination_groups"  # the plot and the per-episode rows
+    compare_to: str = ""  # another run's output_dir, the same rollouts: the paired difference per score
     name: str = "imagination_groups"
 
 
@@ -170,9 +179,28 @@ def replay_run(cfg, env, policy, sim_cfg: SimEvalConfig, starts, seed: int, judg
         "seed": seed,
         "judge": judge,
         **group_figures(episodes, labels, scores=scores),
+        **({"reading_response": reading_response(episodes)} if reading else {}),
         "sim_success": sum(labels) / len(labels),
         "seconds": time.perf_counter() - t0,
     }
+
+
+def compare(cfg: ImaginationGroupsBenchmarkConfig, r: dict) -> dict:
+    """This run's within-start AUROC minus `compare_to`'s on the same rollouts, per score (`paired_difference`)."""
+    name = f"episodes_{r['observe']}_seed{r['seed']}.json"
+    theirs_path = Path(cfg.compare_to) / name
+    if not theirs_path.is_file():
+        raise SystemExit(
+            f"--compare_to={cfg.compare_to}: no {name} (run it with the same seeds and --observe)"
+        )
+    ours, theirs = load_json(Path(cfg.output_dir) / name), load_json(theirs_path)
+    missing = [k for k in r["scores"] if k not in theirs[0]]
+    if missing:
+        raise SystemExit(f"{theirs_path}: no scores {missing} to compare")
+    try:
+        return {"to": str(theirs_path), "scores": paired_difference(ours, theirs, list(r["scores"]))}
+    except ValueError as err:
+        raise SystemExit(f"--compare_to: {theirs_path} against this run: {err}") from None
 
 
 def finite_mean(values: list[float]) -> dict | None:
@@ -204,6 +232,15 @@ def summary(runs: list[dict]) -> dict:
                 for name in mine[0]["scores"]
             },
         }
+        if "reading_response" in mine[0]:
+            out[mode]["reading_response"] = {
+                k: finite_mean([r["reading_response"][k] for r in mine]) for k in ("slope", "corr")
+            }
+        if "compared" in mine[0]:
+            out[mode]["difference"] = {
+                name: finite_mean([r["compared"]["scores"][name]["value"] for r in mine])
+                for name in mine[0]["compared"]["scores"]
+            }
     return out
 
 
@@ -238,8 +275,12 @@ def main() -> None:
     cfg = parse_cli(ImaginationGroupsBenchmarkConfig)
     if not cfg.world_model or not cfg.policy:
         raise SystemExit("--world_model and --policy are required")
+    if cfg.compare_to and Path(cfg.compare_to).resolve() == Path(cfg.output_dir).resolve():
+        raise SystemExit(f"--compare_to={cfg.compare_to} is this run's own output_dir")
     torch.set_num_threads(cfg.threads)
     runs = [run(cfg, mode, seed) for mode in cfg.observe for seed in cfg.seeds or [cfg.seed]]
+    for r in runs if cfg.compare_to else []:
+        r["compared"] = compare(cfg, r)
     table = [
         {
             "observe": r["observe"],
@@ -267,6 +308,14 @@ def main() -> None:
             f"{mode}, mean over {len(m['seeds'])} set(s): within-start AUROC of RL's return {within}, "
             f"best of {cfg.group_size} minus base {g['mean']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}]"
         )
+        for name, d in m.get("difference", {}).items():
+            per_set = " / ".join(
+                f"{r['compared']['scores'][name]['value']:+.3f}" for r in runs if r["observe"] == mode
+            )
+            print(
+                f"{mode}, {name}: within-start AUROC minus {cfg.compare_to}'s, per set {per_set}, "
+                + (f"mean {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" if d else "undefined")
+            )
     plot_best_of_k(runs, Path(cfg.output_dir) / "best_of_k.png")
     path = write_result(cfg.name, {"config": asdict(cfg), "runs": runs, "mean": means})
     print(f"wrote {path}")

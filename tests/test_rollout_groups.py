@@ -20,6 +20,8 @@ from worldloop.rl_finetune.imagination.rollout_groups import (
     group_figures,
     imagine_groups,
     judged_sim_groups,
+    paired_difference,
+    reading_response,
     replayed_sim_groups,
 )
 from worldloop.rl_finetune.policy_rl.sim_rollouts import SimRolloutEnv
@@ -61,6 +63,52 @@ def test_group_figures_compare_rollouts_of_one_start_only():
         assert score["best_of_k_curve"][0] == pytest.approx(2 / 9)
         assert score["best_of_k_curve"][-1] == pytest.approx(score["best_of_k"])
     assert figures["oracle_curve"] == pytest.approx([2 / 9, (2 / 3 + 2 / 3) / 3, 2 / 3])
+
+
+def test_paired_difference_compares_two_readings_of_the_same_rollouts():
+    success = [True, False, False, True, False, False, False, False, False]
+    # theirs orders start 0 right and start 1 wrong (0.75, as above); ours orders both right (1.0)
+    theirs = [
+        {**e, "sim_success": y}
+        for e, y in zip(episodes_of([[0.9, 0.5, 0.1], [0.2, 0.3, 0.0], [0.5] * 3]), success)
+    ]
+    ours = [
+        {**e, "sim_success": y}
+        for e, y in zip(episodes_of([[0.9, 0.5, 0.1], [0.4, 0.3, 0.0], [0.1] * 3]), success)
+    ]
+    diff = paired_difference(ours, theirs, SCORES, n_boot=200)
+    for name in SCORES:
+        assert diff[name]["value"] == pytest.approx(0.25)
+        # a draw resamples the same starts for both: start 1 drawn gives +0.5 over its pairs, start 0 alone 0
+        assert 0.0 <= diff[name]["low"] <= diff[name]["value"] <= diff[name]["high"] <= 0.5
+    same = paired_difference(ours, ours, ["return"], n_boot=50)["return"]
+    assert same["value"] == same["low"] == same["high"] == 0.0
+    with pytest.raises(ValueError, match="episode 3 differs"):
+        paired_difference(
+            ours,
+            [{**e, "sim_success": not e["sim_success"]} if i == 3 else e for i, e in enumerate(theirs)],
+            SCORES,
+        )
+    with pytest.raises(ValueError, match="9 episodes against 8"):
+        paired_difference(ours, theirs[:8], SCORES)
+
+
+def test_reading_response_is_the_within_start_slope_of_drawn_on_real():
+    # start 0: real -2, 0, +2 about its mean, drawn half as far apart; start 1: drawn the opposite way round
+    # but a third as far; an unseen drawn reading (-1e3) is left out with its real one
+    real = [-8.0, -6.0, -4.0, -10.0, -9.0, -8.0, -5.0]
+    drawn = [-7.0, -6.0, -5.0, -9.0 + 1 / 3, -9.0, -9.0 - 1 / 3, -1e3]
+    episodes = [
+        {"start": s, "reading_real": r, "reading_drawn": d}
+        for s, r, d in zip([0, 0, 0, 1, 1, 1, 1], real, drawn)
+    ]
+    response = reading_response(episodes)
+    # slope = sum(r d) / sum(r r) = (2 + 2 - 2/3) / (8 + 2)
+    assert response["slope"] == pytest.approx((4 - 2 / 3) / 10)
+    assert response["corr"] == pytest.approx((4 - 2 / 3) / np.sqrt(10 * (2 + 2 / 9)))
+    assert response["episodes"] == 6
+    same = reading_response([{**e, "reading_drawn": e["reading_real"]} for e in episodes])
+    assert same["slope"] == pytest.approx(1.0) and same["corr"] == pytest.approx(1.0)
 
 
 def test_best_of_k_curve_is_exact_over_the_subsets():
@@ -192,6 +240,24 @@ def test_benchmark_runs_each_observe_mode_and_names_the_judge(tmp_path, monkeypa
     assert set(rows[0]) == {"start", "start_seed", "sim_success", *SCORES}
     drawn = json.loads((tmp_path / "out" / "episodes_drawn_seed3.json").read_text())
     assert sum(r["sim_success"] for r in drawn) / len(drawn) == pytest.approx(runs[0]["base"])
+    # the same rollouts read again, compared with the first run: each set's difference is 0 (or undefined)
+    argv = [a for a in sys.argv if not a.startswith(("--observe", "--output_dir", "--name"))]
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [*argv, "--observe=[replay]", f"--output_dir={tmp_path / 'again'}", "--name=groups_again",
+         f"--compare_to={tmp_path / 'out'}"],
+    )  # fmt: skip
+    imagination_groups.main()
+    again = json.loads((tmp_path / "results" / "groups_again.json").read_text())["figures"]
+    for run in again["runs"]:
+        assert run["compared"]["to"] == str(tmp_path / "out" / f"episodes_replay_seed{run['seed']}.json")
+        assert all(d["value"] == 0 or np.isnan(d["value"]) for d in run["compared"]["scores"].values())
+    assert set(again["mean"]["replay"]["difference"]) == set(SCORES)
+    monkeypatch.setattr(sys, "argv", [*argv, "--observe=[sim]", f"--output_dir={tmp_path / 'third'}",
+                                      "--seeds=[5]", f"--compare_to={tmp_path / 'out'}"])  # fmt: skip
+    with pytest.raises(SystemExit, match="no episodes_sim_seed5.json"):
+        imagination_groups.main()
     monkeypatch.setattr(
         sys, "argv", ["imagination_groups.py", "--world_model=x", "--policy=y", "--observe=[real]"]
     )

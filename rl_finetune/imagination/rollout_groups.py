@@ -22,6 +22,10 @@ push, the cube's distance to its square by colour) it also reads the sim's frame
 the judge. `judged_sim_groups` is the judge's own share (`--observe=sim`): the rollouts run in the simulator and the same
 judge reads the sim's frames, so the future is the real one and only the judge can order them wrong.
 
+`paired_difference` compares two world models (or judges) on the same rollouts (the replay and sim modes,
+whose rollouts do not depend on the world model): the within-start AUROC of one minus the other's, resampling
+the same starts for both, so the starts' own noise cancels.
+
 Scores (`SCORES`): the return RL is paid (`GroupSettings.paid`: `success_reward` x success + `progress_reward` x
 final progress), the judge's highest success probability, and the reward head's final progress.
 """
@@ -164,6 +168,30 @@ def judged_sim_groups(
     return episodes, [e["sim_success_judged"] for e in episodes]
 
 
+def reading_response(episodes: Sequence[dict], far: float = 1e3) -> dict[str, float]:
+    """How the drawn replays' frame reading follows the sim's across a start's rollouts (`replayed_sim_groups`
+    with a reading): each reading less its start's mean, the correlation of drawn with real and the least-squares
+    slope of drawn on real. A slope of 1 draws rollouts as far apart as the world puts them; under 1 the drawing
+    pulls them toward the start's average, so what tells them apart shrinks. Episodes unseen in either reading
+    (at `far`) are left out."""
+    real = np.asarray([e["reading_real"] for e in episodes], dtype=np.float64)
+    drawn = np.asarray([e["reading_drawn"] for e in episodes], dtype=np.float64)
+    start = np.asarray([e["start"] for e in episodes])
+    seen = (np.abs(real) < far) & (np.abs(drawn) < far)
+    for s in np.unique(start[seen]):
+        member = seen & (start == s)
+        real[member] -= real[member].mean()
+        drawn[member] -= drawn[member].mean()
+    real, drawn = real[seen], drawn[seen]
+    spread = float((real * real).sum())
+    both = spread * float((drawn * drawn).sum())
+    return {
+        "slope": float((real * drawn).sum()) / spread if spread else math.nan,
+        "corr": float((real * drawn).sum()) / math.sqrt(both) if both else math.nan,
+        "episodes": int(seen.sum()),
+    }
+
+
 def sim_verdicts(episodes: list[dict], sim_cfg: SimEvalConfig, start_seeds: Sequence[int]) -> dict:
     """Each episode's actions played in the sim from its start's reset (`imagined_actions_in_sim`)."""
     return imagined_actions_in_sim(episodes, sim_cfg, [start_seeds[e["start"]] for e in episodes])
@@ -247,3 +275,39 @@ def score_figures(score: np.ndarray, success: np.ndarray, members: list[np.ndarr
         "best_of_k_minus_base": cluster_bootstrap_ci(pick_gain, len(members), n_boot),
         "pooled_auroc": auroc(score, success),
     }
+
+
+def paired_difference(
+    ours: Sequence[dict], theirs: Sequence[dict], scores: Sequence[str], n_boot: int = 2000
+) -> dict[str, dict]:
+    """Per score, our within-start AUROC minus theirs on the same rollouts, with a bootstrap interval over
+    starts (each draw resamples the same starts for both).
+
+    ours, theirs: per-episode rows ({"start", "sim_success", <score>: value}), as the benchmark saves them; the
+    two must list the same episodes (starts and sim verdicts, in order), else ValueError names the first row
+    that differs."""
+    if len(ours) != len(theirs):
+        raise ValueError(f"{len(ours)} episodes against {len(theirs)}: not the same rollouts")
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        if a["start"] != b["start"] or bool(a["sim_success"]) != bool(b["sim_success"]):
+            raise ValueError(
+                f"episode {i} differs (start {a['start']} vs {b['start']}, sim success {a['sim_success']} vs "
+                f"{b['sim_success']}): not the same rollouts"
+            )
+    success = np.asarray([a["sim_success"] for a in ours], dtype=bool)
+    start = np.asarray([a["start"] for a in ours])
+    members = [np.flatnonzero(start == s) for s in np.unique(start)]
+
+    def within(score: np.ndarray, index: np.ndarray) -> float:
+        rows = np.concatenate([members[i] for i in index])
+        groups = np.concatenate([np.full(len(members[i]), j) for j, i in enumerate(index)])
+        return within_group_auroc(score[rows], success[rows], groups)["value"]
+
+    out = {}
+    for name in scores:
+        a = np.asarray([e[name] for e in ours], dtype=np.float64)
+        b = np.asarray([e[name] for e in theirs], dtype=np.float64)
+        out[name] = cluster_bootstrap_ci(
+            lambda index, a=a, b=b: within(a, index) - within(b, index), len(members), n_boot
+        )
+    return out
