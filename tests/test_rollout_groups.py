@@ -89,6 +89,12 @@ def test_paired_difference_compares_two_readings_of_the_same_rollouts():
             [{**e, "sim_success": not e["sim_success"]} if i == 3 else e for i, e in enumerate(theirs)],
             SCORES,
         )
+    with pytest.raises(ValueError, match="episode 0 differs"):  # another set of starts, the same indices
+        paired_difference(
+            [{**e, "start_seed": 10 + e["start"]} for e in ours],
+            [{**e, "start_seed": 20 + e["start"]} for e in theirs],
+            SCORES,
+        )
     with pytest.raises(ValueError, match="9 episodes against 8"):
         paired_difference(ours, theirs[:8], SCORES)
 

@@ -283,16 +283,20 @@ def paired_difference(
     """Per score, our within-start AUROC minus theirs on the same rollouts, with a bootstrap interval over
     starts (each draw resamples the same starts for both).
 
-    ours, theirs: per-episode rows ({"start", "sim_success", <score>: value}), as the benchmark saves them; the
-    two must list the same episodes (starts and sim verdicts, in order), else ValueError names the first row
-    that differs."""
+    ours, theirs: per-episode rows ({"start", "sim_success", <score>: value}, and "start_seed" and "reading_real"
+    where read), as the benchmark saves them; the two must list the same episodes (in order), else ValueError
+    names the first row that differs."""
     if len(ours) != len(theirs):
         raise ValueError(f"{len(ours)} episodes against {len(theirs)}: not the same rollouts")
     for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-        if a["start"] != b["start"] or bool(a["sim_success"]) != bool(b["sim_success"]):
+        mine, other = (  # the real reading to 4 decimals: the same frames, perhaps summed in another order
+            (e["start"], e.get("start_seed"), bool(e["sim_success"]), round(e.get("reading_real", 0.0), 4))
+            for e in (a, b)
+        )
+        if mine != other:
             raise ValueError(
-                f"episode {i} differs (start {a['start']} vs {b['start']}, sim success {a['sim_success']} vs "
-                f"{b['sim_success']}): not the same rollouts"
+                f"episode {i} differs ((start, start seed, sim success, real reading) {mine} vs {other}): "
+                "not the same rollouts"
             )
     success = np.asarray([a["sim_success"] for a in ours], dtype=bool)
     start = np.asarray([a["start"] for a in ours])
