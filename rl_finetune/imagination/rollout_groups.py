@@ -52,6 +52,7 @@ from worldloop.world_model.model import WorldModel
 from worldloop.world_model.world_model_env import FrameReading, InitialStates, WorldModelEnv, replay_actions
 
 SCORES = ("return", "max_success_prob", "progress")
+UNSEEN = 1e3  # a frame reading where nothing was found counts as this far
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,8 @@ def replayed_sim_groups(
     judged on the drawn frames); returns the episodes (`start`, the judge's `success`, `progress`,
     `max_success_prob`, `return`) and their labels, the sim's success. With `reading` (frames [B, T, 3, H, W]
     -> [B, T], smaller nearer success, NaN unseen) each episode also gets `reading_real` and `reading_drawn`:
-    minus its least value over the chunks' ends, in the sim's frames and in the drawn ones (unseen: far)."""
-    camera, chunk, far = env.cameras[0], policy.n_action_steps, 1e3
+    minus its least value over the chunks' ends, in the sim's frames and in the drawn ones (unseen: `UNSEEN`)."""
+    camera, chunk = env.cameras[0], policy.n_action_steps
     episodes: list[dict] = []
     labels: list[bool] = []
     bar = tqdm(total=starts.batch_size, desc="sim rollouts replayed")
@@ -136,8 +137,8 @@ def replayed_sim_groups(
             }
             if reading is not None:
                 drawn = torch.tensor(r["frame_reading"])[chunk - 1 :: chunk]  # the chunks' ends, as the real
-                episode["reading_real"] = -float(torch.stack(real, 1)[i].nan_to_num(far).min())
-                episode["reading_drawn"] = -float(drawn.nan_to_num(far).min())
+                episode["reading_real"] = -float(torch.stack(real, 1)[i].nan_to_num(UNSEEN).min())
+                episode["reading_drawn"] = -float(drawn.nan_to_num(UNSEEN).min())
             episodes.append(episode)
         bar.update(len(rows))
     bar.close()
@@ -168,16 +169,16 @@ def judged_sim_groups(
     return episodes, [e["sim_success_judged"] for e in episodes]
 
 
-def reading_response(episodes: Sequence[dict], far: float = 1e3) -> dict[str, float]:
+def reading_response(episodes: Sequence[dict]) -> dict[str, float]:
     """How the drawn replays' frame reading follows the sim's across a start's rollouts (`replayed_sim_groups`
     with a reading): each reading less its start's mean, the correlation of drawn with real and the least-squares
     slope of drawn on real. A slope of 1 draws rollouts as far apart as the world puts them; under 1 the drawing
     pulls them toward the start's average, so what tells them apart shrinks. Episodes unseen in either reading
-    (at `far`) are left out."""
+    (at `UNSEEN`) are left out."""
     real = np.asarray([e["reading_real"] for e in episodes], dtype=np.float64)
     drawn = np.asarray([e["reading_drawn"] for e in episodes], dtype=np.float64)
     start = np.asarray([e["start"] for e in episodes])
-    seen = (np.abs(real) < far) & (np.abs(drawn) < far)
+    seen = (np.abs(real) < UNSEEN) & (np.abs(drawn) < UNSEEN)
     for s in np.unique(start[seen]):
         member = seen & (start == s)
         real[member] -= real[member].mean()
@@ -246,27 +247,31 @@ def best_of_k_curve(
     return {"picked": (picked / len(members)).tolist(), "oracle": (oracle / len(members)).tolist()}
 
 
+def within_starts(
+    score: np.ndarray, success: np.ndarray, members: list[np.ndarray], index: np.ndarray
+) -> dict:
+    """`within_group_auroc` over the episodes of starts `index` (`members`: each start's episode indices); a start
+    drawn twice, as a bootstrap draw may, counts as two groups."""
+    rows = np.concatenate([members[i] for i in index])
+    groups = np.concatenate([np.full(len(members[i]), j) for j, i in enumerate(index)])
+    return within_group_auroc(score[rows], success[rows], groups)
+
+
 def score_figures(score: np.ndarray, success: np.ndarray, members: list[np.ndarray], n_boot: int) -> dict:
     """One score's within-start AUROC and best-of-K gain (`members`: each start's episode indices)."""
     top = [m[np.argmax(score[m])] for m in members]  # ties: the first rollout
-    size = len(members[0])
-
-    def rows(index: np.ndarray) -> np.ndarray:  # the episodes of starts `index` (repeats kept)
-        return np.concatenate([members[i] for i in index])
-
-    def within(index: np.ndarray) -> float:
-        groups = np.repeat(np.arange(len(index)), size)  # a start drawn twice counts as two groups
-        return within_group_auroc(score[rows(index)], success[rows(index)], groups)["value"]
 
     def pick_gain(index: np.ndarray) -> float:
-        return float(np.mean([success[top[i]] for i in index]) - success[rows(index)].mean())
+        rows = np.concatenate([members[i] for i in index])
+        return float(np.mean([success[top[i]] for i in index]) - success[rows].mean())
 
-    every = np.arange(len(members))
     curve = best_of_k_curve(score, success, members)
-    counts = within_group_auroc(score[rows(every)], success[rows(every)], np.repeat(every, size))
+    counts = within_starts(score, success, members, np.arange(len(members)))
     return {
         "within_start_auroc": {
-            **cluster_bootstrap_ci(within, len(members), n_boot),
+            **cluster_bootstrap_ci(
+                lambda index: within_starts(score, success, members, index)["value"], len(members), n_boot
+            ),
             "pairs": counts["pairs"],
             "mixed_groups": counts["mixed_groups"],
         },
@@ -303,9 +308,7 @@ def paired_difference(
     members = [np.flatnonzero(start == s) for s in np.unique(start)]
 
     def within(score: np.ndarray, index: np.ndarray) -> float:
-        rows = np.concatenate([members[i] for i in index])
-        groups = np.concatenate([np.full(len(members[i]), j) for j, i in enumerate(index)])
-        return within_group_auroc(score[rows], success[rows], groups)["value"]
+        return within_starts(score, success, members, index)["value"]
 
     out = {}
     for name in scores:
