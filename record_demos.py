@@ -8,6 +8,9 @@ python record_demos.py --task=reach --episodes=40 --policies="[outputs/zoo/a, ou
     --include="[outputs/datasets/mix]" --cameras="[front]" --root=outputs/datasets/mix_and_policies
 python record_demos.py --task=push --episodes=400 --skill_range="[0.0, 1.0]" --cameras="[front]" \
     --terminate_on_success=false --environment_state=true --root=outputs/data/push_wm  # world-model data
+python record_demos.py --task=push --episodes=400 --variants=2 --seed=1500000 --skill_range="[0.0, 1.0]" \
+    --cameras="[front]" --terminate_on_success=false --environment_state=true --root=outputs/data/push_cf
+    # each start pushed two ways: counterfactual pairs for the world model's counterfactual_weight
 python record_demos.py --task=reach --episodes=400 --seed=5000 --skill_range="[0.2, 1.0]" \
     --include="[outputs/datasets/mix]" --root=outputs/datasets/mix_grown   # more of the same, one dataset
 python record_demos.py --task=push --cameras=[front] --terminate_on_success=false --environment_state=true \

@@ -9,7 +9,7 @@ values; tests/test_data_windows.py checks that.
 from __future__ import annotations
 
 import torch
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Dataset, Subset, default_collate
 
 from worldloop.data.dataset import DatasetError, EpisodeDataset
 from worldloop.data.features import ACTION, DONE, ENVIRONMENT_STATE, REWARD, STATE, SUCCESS, TASK, image_key
@@ -157,6 +157,54 @@ def repeat_moving_windows(windows: WorldModelWindows, repeat: int, min_motion: f
     moving = object_motion(windows) > min_motion
     index = torch.arange(len(windows))
     return Subset(windows, torch.cat([index, index[moving].repeat(repeat - 1)]).tolist())
+
+
+class CounterfactualPairs(Dataset):
+    """Pairs of `windows` (a `WorldModelWindows`) at the same frame offset of two episodes that start from the
+    same start: counterfactual takes of one start, whose futures differ only by their actions (recorded with
+    record_demos.py --variants). Item: (window, its partner), each a `WorldModelWindows` item; `pair_collate`
+    batches them as every pair's first window, then every pair's second (the order the world model's
+    `counterfactual_weight` reads). Two episodes share a start when their first frames (every camera) and first
+    states are equal bit for bit; a start taken k times gives k(k-1)/2 pairs at each offset. A DatasetError
+    naming the dataset when no two of the windows' episodes share a start."""
+
+    def __init__(self, windows: WorldModelWindows):
+        self.windows = windows
+        dataset, table = windows.dataset, windows.dataset.frame_table()
+        offsets: dict[int, dict[int, int]] = {}  # episode -> offset of a window's first frame -> its index
+        for i, (episode, start) in enumerate(windows.starts):
+            offsets.setdefault(episode, {})[start - dataset.episodes[episode].start] = i
+        takes: dict[bytes, list[int]] = {}  # a start (its first frames and state) -> its episodes
+        for episode in offsets:
+            first = dataset.episodes[episode].start
+            key = b"".join(table.images[c][first].numpy().tobytes() for c in dataset.cameras)
+            takes.setdefault(key + table.state[first].numpy().tobytes(), []).append(episode)
+        self.pairs = [
+            (i, offsets[other][offset])
+            for group in takes.values()
+            for n, episode in enumerate(group)
+            for other in group[n + 1 :]
+            for offset, i in offsets[episode].items()
+            if offset in offsets[other]
+        ]
+        if not self.pairs:
+            raise DatasetError(
+                f"dataset {dataset.root}: no two of its {len(takes)} training episodes start from the same start, "
+                "so there are no counterfactual pairs; record each start several ways with "
+                "record_demos.py --variants=2"
+            )
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, i: int) -> tuple[dict, dict]:
+        a, b = self.pairs[i]
+        return self.windows[a], self.windows[b]
+
+
+def pair_collate(items: list[tuple[dict, dict]]) -> dict:
+    """A batch of `CounterfactualPairs` items: the first windows of the pairs, then their partners."""
+    return default_collate([a for a, _ in items] + [b for _, b in items])
 
 
 class PolicySamples(Dataset):

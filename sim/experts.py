@@ -60,6 +60,10 @@ class ScriptedExpert:
         self.config = config or ExpertConfig()
         self.config.validate()
         self.rng = np.random.default_rng(None if seed is None else [seed, _EXPERT_STREAM])
+        # Which of a start's counterfactual takes `reset(seed)` plays: variant k > 0 draws from a stream of its
+        # own, so one start (one env seed) recorded k times is pushed k ways; 0 is the stream every recording
+        # before variants used.
+        self.variant = 0
         spec = env.embodiment
         dt = 1.0 / spec.fps
         self._max_dq = spec.max_velocity() * dt * 0.95  # per step; margin under the hard limit
@@ -70,7 +74,8 @@ class ScriptedExpert:
     def reset(self, seed: int | None = None) -> None:
         if seed is not None:
             # A stream of its own: the env seeded with the same number must not draw the same numbers.
-            self.rng = np.random.default_rng([seed, _EXPERT_STREAM])
+            stream = [seed, _EXPERT_STREAM] + ([self.variant] if self.variant else [])
+            self.rng = np.random.default_rng(stream)
         if self.env.task is None:
             raise RuntimeError("reset the env before the expert")
         flaw = 1.0 - self.config.skill

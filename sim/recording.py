@@ -45,7 +45,11 @@ class RecordingConfig:
     # If set, each episode's skill is drawn uniformly from [low, high] instead: a mixture of good and bad
     # behaviour, which is what the world model wants to learn dynamics from.
     skill_range: list[float] | None = None
-    seed: int = 0  # episode i uses env seed `seed + i`
+    seed: int = 0  # episode i uses env seed `seed + i` (`seed + i // variants` with variants)
+    # Record each start this many times in a row, each time with its own expert draw and skill: counterfactual
+    # takes of one start whose futures differ only by their actions (the world model's
+    # `counterfactual_weight` trains on such pairs). Scripted tabletop recordings only.
+    variants: int = 1
     image_size: int = 64
     cameras: list[str] = field(default_factory=lambda: ["front", "wrist"])
     max_steps: int = 50
@@ -88,6 +92,13 @@ class RecordingConfig:
                     f"got {self.skill_range}"
                 )
         ExpertConfig(skill=self.skill).validate()
+        if self.variants < 1:
+            raise ValueError(f"RecordingConfig.variants must be >= 1, got {self.variants}")
+        if self.variants > 1 and (self.task == "pusht" or self.policies or self.replay):
+            raise ValueError(
+                f"RecordingConfig.variants={self.variants}: counterfactual takes are recorded from the scripted "
+                "expert in the tabletop sim, not with task=pusht, --policies or --replay"
+            )
         if self.task == "pusht":
             # gym-pusht renders one camera, which the dataset names `top` (as LeRobot's pusht datasets).
             if list(self.cameras) != ["top"]:
@@ -291,4 +302,8 @@ def _tabletop_episodes(cfg: RecordingConfig, env: TabletopEnv, replays: list[tup
     expert = ScriptedExpert(env)
     for i, skill in enumerate(episode_skills(cfg)):
         expert.config = ExpertConfig(skill=float(skill))
-        yield expert, cfg.seed + i, {"skill": float(skill)}
+        if cfg.variants == 1:
+            yield expert, cfg.seed + i, {"skill": float(skill)}
+            continue
+        expert.variant = i % cfg.variants
+        yield expert, cfg.seed + i // cfg.variants, {"skill": float(skill), "variant": expert.variant}

@@ -128,9 +128,10 @@ def shared_tiny_dataset_root(tmp_path_factory) -> Path:
     )
 
 
-def record_tiny_push(root: Path, episodes: int, image_size: int, max_steps: int) -> Path:
+def record_tiny_push(root: Path, episodes: int, image_size: int, max_steps: int, **config) -> Path:
     """Push episodes from our simulator (scripted expert, front camera), not stopped at success, with the
-    cubes' positions recorded (`observation.environment_state`): the data the object metrics score."""
+    cubes' positions recorded (`observation.environment_state`): the data the object metrics score. `config`:
+    further `RecordingConfig` fields."""
     from worldloop.sim.recording import RecordingConfig, record_demos
 
     record_demos(
@@ -144,6 +145,7 @@ def record_tiny_push(root: Path, episodes: int, image_size: int, max_steps: int)
             terminate_on_success=False,
             image_writer_threads=0,
             environment_state=True,
+            **config,
         )
     )
     return root

@@ -68,6 +68,16 @@ class WorldModelConfig:
     # short. Pixel frames only (no autoencoder: the gradient goes through the drawn pixels). Score such a
     # model's action following with an IDM it did not train against (world_model_fidelity --referee_idm).
     self_rollout_idm_weight: float = 0.0
+    # Counterfactual pairs (`counterfactual_weight` = w > 0, with self_rollout_frames): every training batch is
+    # pairs of windows from one start at one frame offset that the data pushes two ways (recorded with
+    # record_demos.py --variants; data/windows.py CounterfactualPairs), the first window of each pair in the
+    # batch's first half, its partner in the second. Both are self-rolled out from the same sampler noise, and
+    # w x the MSE of the drawn difference between the two (the frames that carry gradient) against the real
+    # difference is added. With the noise shared the drawn difference comes from the actions alone. Against the
+    # per-window loss it weighs the error the two windows do not share (a drawing that pulls a start's outcomes
+    # together) twice and the error they share not at all. `train.batch_size` then counts pairs (a step reads
+    # twice as many windows); the rollout context must be noise-free (context_noise_rollout 0).
+    counterfactual_weight: float = 0.0
     # Motion-weighted frame losses (`motion_loss_weight` = w > 0): the pixels of a target frame that differ
     # from the real frame before it (by more than `motion_threshold` in some channel of the encoded frame,
     # grown by one pixel each way) weigh 1 + w in the diffusion and self-rollout losses, the rest 1; each
@@ -147,6 +157,19 @@ class WorldModelConfig:
             raise ValueError(
                 f"self_rollout_frames={self.self_rollout_frames} and self_rollout_weight="
                 f"{self.self_rollout_weight} must be >= 0"
+            )
+        if self.counterfactual_weight < 0:
+            raise ValueError(f"counterfactual_weight={self.counterfactual_weight} must be >= 0")
+        if self.counterfactual_weight > 0 and not self.self_rollout_frames:
+            raise ValueError(
+                f"counterfactual_weight={self.counterfactual_weight} compares self-rolled-out pairs: it needs "
+                "self_rollout_frames > 0"
+            )
+        if self.counterfactual_weight > 0 and self.context_noise_rollout > 0:
+            raise ValueError(
+                f"counterfactual_weight={self.counterfactual_weight} draws a pair from the same noise, but "
+                f"context_noise_rollout={self.context_noise_rollout} noises each window's context on its own: "
+                "set context_noise_rollout=0 (as configs/world_model/tiny.yaml)"
             )
         if self.self_rollout_idm_weight < 0:
             raise ValueError(f"self_rollout_idm_weight={self.self_rollout_idm_weight} must be >= 0")

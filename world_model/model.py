@@ -334,8 +334,9 @@ class WorldModel(nn.Module):
         Steps: encode_window, noise_window, sample_action_keep, self_force_context (with self_forcing),
         compute_conditioners, compute_model_output, motion_weights, diffusion_loss (through
         wrap_model_output), outcome_heads_loss (with outcomes), object_state_loss (with
-        object_state_weight), self_rollout_loss (with self_rollout_frames), drawn_idm_loss (with
-        self_rollout_idm_weight), idm_loss.
+        object_state_weight), self_rollout_loss (with self_rollout_frames), counterfactual_loss (with
+        counterfactual_weight: window i of the batch's first half and window i of its second are a
+        counterfactual pair), drawn_idm_loss (with self_rollout_idm_weight), idm_loss.
         """
         cfg = self.cfg
         if cfg.object_state_weight > 0 and environment_state is None:
@@ -363,10 +364,15 @@ class WorldModel(nn.Module):
             loss = loss + cfg.head_loss_weight * head_loss
             logs["loss/heads"] = head_loss.item()
         if cfg.self_rollout_frames > 0:
-            drawn = self.self_rollout(x, a)
+            paired = cfg.counterfactual_weight > 0
+            drawn = self.self_rollout(x, a, paired=paired)
             rollout_loss = self.self_rollout_loss(x, drawn, weights)
             loss = loss + cfg.self_rollout_weight * rollout_loss
             logs["loss/self_rollout"] = rollout_loss.item()
+            if paired:
+                pair_loss = self.counterfactual_loss(x, drawn)
+                loss = loss + cfg.counterfactual_weight * pair_loss
+                logs["loss/counterfactual"] = pair_loss.item()
             if cfg.self_rollout_idm_weight > 0:
                 drawn_idm_loss = self.drawn_idm_loss(x, a, drawn)
                 loss = loss + cfg.self_rollout_idm_weight * drawn_idm_loss
@@ -437,10 +443,11 @@ class WorldModel(nn.Module):
             base = torch.cat([x[:, :1], torch.where(pick, own, x[:, 1:])], 1)
         return replace(window, clean=clean, base=base)
 
-    def self_rollout(self, x: torch.Tensor, a: torch.Tensor) -> list[torch.Tensor]:
+    def self_rollout(self, x: torch.Tensor, a: torch.Tensor, paired: bool = False) -> list[torch.Tensor]:
         """The model's own rollout of a window's last `self_rollout_frames` frames: from the real frames
         before them (x [B, T, ...] encoded) under the window's normalised actions a [B, T, A], as `rollout`
-        draws frames (the model's sampler, noise from the global RNG). Returns the k drawn frames, each
+        draws frames (the model's sampler, noise from the global RNG). With `paired`, window i of the second
+        half is drawn from the same noise as window i of the first (B even). Returns the k drawn frames, each
         [B, 1, ...] (encoded): the last `self_rollout_grad_frames` are built with gradient, the others without."""
         cfg = self.cfg
         k = cfg.self_rollout_frames
@@ -449,6 +456,10 @@ class WorldModel(nn.Module):
             raise ValueError(
                 f"self_rollout_frames={k} needs training windows of more than {k} frames, got {x.shape[1]}"
             )
+        if paired and x.shape[0] % 2:
+            raise ValueError(
+                f"paired self-rollout needs an even batch (two halves of pairs), got {x.shape[0]}"
+            )
         with torch.no_grad():
             context = self.context_from_encoded(x[:, :c], a[:, : c - 1])
         frames = []
@@ -456,7 +467,12 @@ class WorldModel(nn.Module):
             with torch.set_grad_enabled(j >= k - cfg.self_rollout_grad_frames):
                 a_norm = a[:, c - 1 + j : c + j]
                 feats = self.action_features(a_norm, context.previous_action)
-                x0 = self.denoise_next_frame(context, feats, cfg.sampler, None)
+                noise = None
+                if paired:
+                    noise = torch.randn(x[: x.shape[0] // 2, :1].shape, device=x.device).repeat(
+                        2, *[1] * (x.dim() - 1)
+                    )
+                x0 = self.denoise_next_frame(context, feats, cfg.sampler, None, noise)
                 if j < k - 1:  # the last frame is no one's context
                     context = self.append_to_context(context, x0, feats, a_norm, None)
             frames.append(x0)
@@ -472,6 +488,15 @@ class WorldModel(nn.Module):
         return self.frame_loss(
             torch.cat(drawn[-m:], 1), x[:, x.shape[1] - m :], None if weights is None else weights[:, -m:]
         )
+
+    def counterfactual_loss(self, x: torch.Tensor, drawn: list[torch.Tensor]) -> torch.Tensor:
+        """MSE of the drawn difference between counterfactual pairs against the real difference, over the
+        self-rollout's frames that carry gradient (`drawn`, from `self_rollout(..., paired=True)`): window i of
+        x [B, T, ...]'s first half against window i of its second. Unweighted: where a pair's futures differ is
+        already where the term looks."""
+        m, n = self.cfg.self_rollout_grad_frames, x.shape[0] // 2
+        d, r = torch.cat(drawn[-m:], 1), x[:, x.shape[1] - m :]
+        return F.mse_loss(d[:n] - d[n:], r[:n] - r[n:])
 
     def drawn_idm_loss(self, x: torch.Tensor, a: torch.Tensor, drawn: list[torch.Tensor]) -> torch.Tensor:
         """The IDM's action error on the self-rollout's frames that carry gradient (`drawn`, pixels), each
@@ -840,10 +865,12 @@ class WorldModel(nn.Module):
         a: torch.Tensor,
         sampler: SamplerConfig,
         generator: torch.Generator | None,
+        noise: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The sampler from pure noise to the next frame given the context and its action
         features a [B, 1, A'] (`action_features`) -> x0 [B, 1, V, C, h, w] (encoded; clamped to [-1, 1] in
-        pixel space). With guidance, each step also asks for the action-free estimate."""
+        pixel space). With guidance, each step also asks for the action-free estimate. `noise` (shaped as the
+        frame) is the starting noise where given, else it is drawn from `generator`."""
         b = a.shape[0]
         yes = torch.ones(b, 1, dtype=torch.bool, device=a.device)
 
@@ -853,7 +880,8 @@ class WorldModel(nn.Module):
                 return cond, None
             return cond, self.next_frame_x0(x_t, t, context, a, ~yes)
 
-        noise = torch.randn(context.last.shape, generator=generator, device=a.device)
+        if noise is None:
+            noise = torch.randn(context.last.shape, generator=generator, device=a.device)
         x0 = self.clamp_pixels(sample(denoise, noise, sampler, generator))
         if sampler.still_threshold > 0:
             x0 = keep_still_pixels(x0, context.last_clean, sampler.still_threshold)

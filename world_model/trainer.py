@@ -26,7 +26,7 @@ from worldloop.data.dataset import DatasetConfig, DatasetError, EpisodeDataset
 from worldloop.data.embodiment import AUTO, DEFAULT_MARGIN, embodiment_for_dataset
 from worldloop.data.features import ENVIRONMENT_STATE
 from worldloop.data.stats import Stats, dataset_stats, environment_state_stats, load_stats
-from worldloop.data.windows import WorldModelWindows, repeat_moving_windows
+from worldloop.data.windows import CounterfactualPairs, WorldModelWindows, pair_collate, repeat_moving_windows
 from worldloop.world_model.checkpoint_inputs import dataset_config_for
 from worldloop.world_model.configuration_world_model import WorldModelConfig
 from worldloop.world_model.imagined_windows import ImaginedWindows
@@ -194,8 +194,19 @@ def new_model(
 
 def training_windows(cfg: TrainWorldModelConfig, dataset: EpisodeDataset, train_eps: list[int]) -> Dataset:
     """The training episodes' `window`-frame windows, those where an object moves listed `object_motion_repeat`
-    times."""
+    times; with `model.counterfactual_weight` (not for heads alone), their counterfactual pairs instead
+    (batched by `data.windows.pair_collate`)."""
     windows = WorldModelWindows(dataset, train_eps, context=1, horizon=cfg.window - 1)
+    if cfg.model.counterfactual_weight > 0 and not cfg.heads_only:
+        if cfg.object_motion_repeat != 1:
+            raise ConfigError(
+                f"object_motion_repeat={cfg.object_motion_repeat} with model.counterfactual_weight="
+                f"{cfg.model.counterfactual_weight}: pairs are drawn as recorded; set one of them"
+            )
+        try:
+            return CounterfactualPairs(windows)
+        except DatasetError as e:
+            raise ConfigError(f"model.counterfactual_weight={cfg.model.counterfactual_weight}: {e}") from e
     if cfg.object_motion_repeat == 1:
         return windows
     try:
@@ -279,6 +290,7 @@ def train(cfg: TrainWorldModelConfig) -> WorldModel:
         save_pretrained=lambda m, path: m.save_pretrained(path),
         resume=cfg.resume,
         eval_fn=make_eval_fn(eval_windows, cfg.eval),
+        collate_fn=pair_collate if isinstance(windows, CounterfactualPairs) else None,
     )
     calibrate_exported(model, dataset, train_eps, held_eps, cfg)
     state = PartialState()
