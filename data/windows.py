@@ -187,6 +187,7 @@ class CounterfactualPairs(Dataset):
             for offset, i in offsets[episode].items()
             if offset in offsets[other]
         ]
+        self.starts = sum(len(group) > 1 for group in takes.values())  # starts with a pair of takes
         if not self.pairs:
             raise DatasetError(
                 f"dataset {dataset.root}: no two of its {len(takes)} training episodes start from the same start, "

@@ -68,6 +68,7 @@ def test_windows_pair_across_a_starts_takes_at_the_same_offset(takes_root):
     pairs = CounterfactualPairs(windows)
     per_episode = STEPS - 3 + 1
     assert len(pairs) == 2 * per_episode  # one pair of takes per start, at every offset
+    assert pairs.starts == 2
     paired = {a for a, _ in pairs.pairs} | {b for _, b in pairs.pairs}
     assert paired == set(range(len(windows)))  # every window is in a pair
     for i in range(len(pairs)):

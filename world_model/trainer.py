@@ -204,9 +204,13 @@ def training_windows(cfg: TrainWorldModelConfig, dataset: EpisodeDataset, train_
                 f"{cfg.model.counterfactual_weight}: pairs are drawn as recorded; set one of them"
             )
         try:
-            return CounterfactualPairs(windows)
+            pairs = CounterfactualPairs(windows)
         except DatasetError as e:
             raise ConfigError(f"model.counterfactual_weight={cfg.model.counterfactual_weight}: {e}") from e
+        print(
+            f"counterfactual pairs: {len(pairs)} of {len(windows)} windows' pairings, from {pairs.starts} starts"
+        )
+        return pairs
     if cfg.object_motion_repeat == 1:
         return windows
     try:
