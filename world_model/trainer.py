@@ -208,7 +208,7 @@ def training_windows(cfg: TrainWorldModelConfig, dataset: EpisodeDataset, train_
         except DatasetError as e:
             raise ConfigError(f"model.counterfactual_weight={cfg.model.counterfactual_weight}: {e}") from e
         print(
-            f"counterfactual pairs: {len(pairs)} of {len(windows)} windows' pairings, from {pairs.starts} starts"
+            f"counterfactual pairs: {len(pairs)} pairs of windows, from {pairs.starts} starts taken twice or more"
         )
         return pairs
     if cfg.object_motion_repeat == 1:
