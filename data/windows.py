@@ -190,7 +190,7 @@ class CounterfactualPairs(Dataset):
         self.starts = sum(len(group) > 1 for group in takes.values())  # starts with a pair of takes
         if not self.pairs:
             raise DatasetError(
-                f"dataset {dataset.root}: no two of its {len(takes)} training episodes start from the same start, "
+                f"dataset {dataset.root}: no two of its {len(offsets)} training episodes start from the same start, "
                 "so there are no counterfactual pairs; record each start several ways with "
                 "record_demos.py --variants=2"
             )
