@@ -302,8 +302,6 @@ def _tabletop_episodes(cfg: RecordingConfig, env: TabletopEnv, replays: list[tup
     expert = ScriptedExpert(env)
     for i, skill in enumerate(episode_skills(cfg)):
         expert.config = ExpertConfig(skill=float(skill))
-        if cfg.variants == 1:
-            yield expert, cfg.seed + i, {"skill": float(skill)}
-            continue
-        expert.variant = i % cfg.variants
-        yield expert, cfg.seed + i // cfg.variants, {"skill": float(skill), "variant": expert.variant}
+        expert.variant = i % cfg.variants  # 0 throughout without variants: every start taken once, as before
+        facts = {"skill": float(skill), **({"variant": expert.variant} if cfg.variants > 1 else {})}
+        yield expert, cfg.seed + i // cfg.variants, facts
